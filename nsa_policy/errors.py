@@ -1,0 +1,69 @@
+"""Errors the tool raises. Each names the field, the value and what would be valid."""
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .decision import Decision
+
+
+def closest(value: object, choices: Iterable[str]) -> str | None:
+    """The valid name nearest to a misspelt one, if any is near enough."""
+    text = str(value).lower()
+    names = list(choices)
+    lowered = {n.lower(): n for n in names}
+    hit = difflib.get_close_matches(text, list(lowered), n=1, cutoff=0.6)
+    if hit:
+        return lowered[hit[0]]
+    # Prefixes catch "b2" → "b200" and "deepseek" → "deepseek-ai/…", which ratio-based matching misses.
+    pref = [n for n in names if n.lower().startswith(text) or text.startswith(n.lower())]
+    return pref[0] if len(pref) == 1 else None
+
+
+class NsaPolicyError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class InputError(NsaPolicyError, ValueError):
+    """Bad input that stops resolution before any rule runs (CLI exit code 2)."""
+
+    def __init__(self, field: str, value: object, valid: Sequence[str] = (), *, hint: str | None = None,
+                 show_valid: int = 40):
+        self.field = field
+        self.value = value
+        self.valid = list(valid)
+        self.suggestion = closest(value, self.valid) if self.valid and isinstance(value, str) else None
+        parts = [f"{field}: {value!r} is not valid"]
+        if hint:
+            parts[0] += f" ({hint})"
+        if self.suggestion:
+            parts.append(f"did you mean {self.suggestion!r}?")
+        if self.valid:
+            shown = ", ".join(self.valid[:show_valid]) + (", …" if len(self.valid) > show_valid else "")
+            parts.append(f"valid: {shown}")
+        super().__init__("; ".join(parts))
+
+
+class RuleFileError(NsaPolicyError):
+    """A rule or catalog file that does not match its schema, located at file:line."""
+
+    def __init__(self, path: str, line: int | None, message: str):
+        self.path = path
+        self.line = line
+        self.detail = message
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {message}")
+
+
+class DeviceDiscoveryError(NsaPolicyError):
+    """`--device auto` found no usable GPU; the message lists the --device choices."""
+
+
+class PolicyError(NsaPolicyError):
+    """The policy rejected the configuration; `.decision` holds the full decision, errors included."""
+
+    def __init__(self, decision: "Decision"):
+        self.decision = decision
+        lines = [f"{e.code}: {e.message}" for e in decision.errors]
+        super().__init__("configuration rejected by policy %r:\n  " % decision.policy + "\n  ".join(lines))

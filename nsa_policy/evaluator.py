@@ -1,0 +1,184 @@
+"""The evaluator: facts + compiled bundle → Decision. Deterministic and pure."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .bundle import STAGES, CompiledBundle, CompiledRule
+from .catalog import KV_DTYPES, Catalog
+from .decision import Decision, Finding, Provenance, RuntimeThresholds, TraceEntry
+from .errors import closest
+from .facts import Facts
+from .namespace import FactNamespace, build_namespace, threshold_detail
+
+_USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--nsa-prefill-backend"),
+                 ("decode_backend", "--nsa-decode-backend"), ("page_size", "--page-size"))
+
+
+def _seed_user_values(ns: FactNamespace, prov: dict) -> None:
+    """Explicit user values are outputs from the start; fill rules then never touch them."""
+    kv = ns["config.kv_cache_dtype"]
+    seeds = {
+        "kv_cache_dtype": kv if kv in KV_DTYPES else None,
+        "prefill_backend": ns["config.nsa_prefill_backend"],
+        "decode_backend": ns["config.nsa_decode_backend"],
+        "page_size": ns["config.page_size"],
+    }
+    for out, flag in _USER_OUTPUTS:
+        if seeds[out] is not None:
+            ns[f"out.{out}"] = seeds[out]
+            ns[f"prov.{out}"] = "user"
+            prov[out] = Provenance(source="user", detail=flag)
+    if ns["input.threshold"] is not None:
+        src = ns["input.threshold_source"]
+        ns["out.dense_attn_kv_len_threshold"] = ns["input.threshold"]
+        ns["prov.dense_attn_kv_len_threshold"] = "user" if src == "flag" else "env"
+        prov["dense_attn_kv_len_threshold"] = Provenance(source="user" if src == "flag" else "env",
+                                                          detail=threshold_detail(ns) or "")
+
+
+def _value(spec: Any, ns: FactNamespace, catalog: Catalog) -> Any:
+    if isinstance(spec, dict):
+        if "fact" in spec:
+            return ns[spec["fact"]]
+        fv = spec["first_valid"]
+        kv = ns["out.kv_cache_dtype"]
+        if kv is None:
+            return None
+        for cand in fv["candidates"]:
+            if catalog.runs(cand, ns["device.class"], kv, fv["phase"], ns["model.index_topk"], ns.packages):
+                return cand
+        return None
+    return spec
+
+
+def _alternatives(spec: Optional[dict], ns: FactNamespace, catalog: Catalog) -> tuple[str, ...]:
+    if not spec:
+        return ()
+    kind, arg = next(iter(spec.items()))
+    dev, kv, topk = ns["device.class"], ns["out.kv_cache_dtype"], ns["model.index_topk"]
+    if kind == "values":
+        return tuple(str(v) for v in arg)
+    if kind == "backends":
+        if kv is None:
+            return ()
+        current = ns[f"out.{arg}_backend"]
+        return tuple(b for b in catalog.valid_backends(arg, dev, kv, topk, ns.packages) if b != current)
+    if kind == "kv_dtypes":
+        return tuple(k for k in KV_DTYPES if k != kv and all(
+            catalog.valid_backends(p, dev, k, topk, ns.packages) for p in ("prefill", "decode")))
+    if kind == "device_classes":
+        seen = []
+        for cls in catalog.device_doc.classes:
+            if any(all(catalog.valid_backends(p, cls, k, topk) for p in ("prefill", "decode")) for k in KV_DTYPES):
+                seen.append(cls)
+        return tuple(seen)
+    return ()
+
+
+def _render(rule: CompiledRule, ns: FactNamespace, alts: tuple[str, ...]) -> str:
+    out = []
+    for part in rule.message_parts:
+        if isinstance(part, tuple):
+            name = part[0]
+            if name == "alternatives":
+                out.append(", ".join(alts) if alts else "none")
+            else:
+                v = ns[name]
+                out.append("unset" if v is None else (f"{v:g}" if isinstance(v, float) else str(v)))
+        else:
+            out.append(part)
+    text = "".join(out)
+    if rule.emit and rule.emit.suggest:
+        near = closest(ns[rule.emit.suggest], alts) if ns[rule.emit.suggest] is not None else None
+        if near:
+            text += f" (did you mean {near!r}?)"
+    return text
+
+
+def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: bool = True,
+             device_label: Optional[str] = None) -> Decision:
+    ns = build_namespace(facts, catalog)
+    prov: dict[str, Provenance] = {}
+    findings: dict[str, list[Finding]] = {"error": [], "warning": [], "info": []}
+    steps: list[TraceEntry] = []
+    _seed_user_values(ns, prov)
+    applies = facts.model.family is not None
+    stages = ("not_dsa",) if not applies else tuple(s for s in STAGES if s != "not_dsa")
+
+    for stage in stages:
+        for rule in bundle.stages.get(stage, ()):
+            if not rule.check(ns):
+                if trace:
+                    steps.append(TraceEntry(rule=rule.id, stage=stage, outcome="not_matched",
+                                            why=rule.explain(ns) or "condition false"))
+                continue
+            outcome, why = "fired", ""
+            if rule.sets:
+                changed, blocked, none_valid = [], [], []
+                for out, spec in rule.sets:
+                    key = f"out.{out}"
+                    current = ns[key]
+                    if current is not None and not rule.overwrite:
+                        blocked.append(f"{out} already {current!r} ({ns[f'prov.{out}']})")
+                        continue
+                    value = _value(spec, ns, catalog)
+                    if value is None:
+                        none_valid.append(out)
+                        continue
+                    ns[key] = value
+                    ns[f"prov.{out}"] = "rule"
+                    replaced = None
+                    if current is not None and current != value:
+                        replaced = f"{current!r} ({prov[out].source}: {prov[out].detail})" if out in prov else repr(current)
+                    prov[out] = Provenance(source="rule", detail=rule.id, overwrote=replaced)
+                    changed.append(f"{out}={value!r}" + (f" over {current!r}" if replaced else ""))
+                if not changed:
+                    if trace:
+                        steps.append(TraceEntry(rule=rule.id, stage=stage,
+                                                outcome="already_set" if blocked else "no_valid_candidate",
+                                                why="; ".join(blocked) or f"no candidate runs here for {', '.join(none_valid)}"))
+                    if not rule.emit:
+                        continue
+                    outcome, why = "emitted", "; ".join(blocked)
+                else:
+                    why = "set " + ", ".join(changed)
+            if rule.emit:
+                alts = _alternatives(rule.emit.alternatives, ns, catalog)
+                f = Finding(code=rule.emit.code, level=rule.level, message=_render(rule, ns, alts), rule=rule.id,
+                            fields=tuple(rule.emit.fields), alternatives=alts, evidence=rule.evidence)
+                findings[rule.level].append(f)
+                if outcome == "fired" and not rule.sets:
+                    outcome = "emitted"
+                why = (why + "; " if why else "") + f"{f.code}: {f.message}"
+            if trace:
+                steps.append(TraceEntry(rule=rule.id, stage=stage, outcome=outcome, why=why))
+        if stage == "input" and findings["error"]:
+            break  # malformed input: later stages would only repeat the problem
+
+    o = {k[4:]: v for k, v in ns.items() if k.startswith("out.")}
+    runtime = None
+    if applies and o["mha_one_shot"] is not None:
+        runtime = RuntimeThresholds(mha_chunk_capacity=o["mha_chunk_capacity"] or 131072,
+                                    flashmla_auto_ratio=o["flashmla_auto_ratio"] or 512,
+                                    mha_one_shot=bool(o["mha_one_shot"]))
+    padded = {}
+    if applies:
+        for phase in ("prefill", "decode"):
+            p = ns[f"pad.{phase}"]
+            if p is not None:
+                padded[phase] = int(p)
+    for out in ("index_topk", "attention_backend"):
+        if o[out] is not None and out not in prov:
+            prov[out] = Provenance(source="model" if out == "index_topk" else "rule", detail="")
+    return Decision(
+        applies=applies, policy=bundle.name, policy_digest=bundle.digest,
+        device=device_label or facts.device.name, device_class=facts.device.device_class,
+        model=facts.model.model_id, model_family=facts.model.family, architecture=facts.model.architecture,
+        kv_cache_dtype=o["kv_cache_dtype"], prefill_backend=o["prefill_backend"], decode_backend=o["decode_backend"],
+        page_size=o["page_size"], attention_backend=o["attention_backend"],
+        dense_attn_kv_len_threshold=o["dense_attn_kv_len_threshold"], index_topk=o["index_topk"],
+        kv_cache_layout=o["kv_cache_layout"], heads_per_rank=facts.derived.heads_per_rank, padded_heads=padded,
+        runtime=runtime, warnings=tuple(findings["warning"]), errors=tuple(findings["error"]),
+        notes=tuple(findings["info"]), provenance=prov, trace=tuple(steps),
+        inputs=facts.model_dump(mode="json"),
+    )

@@ -1,0 +1,101 @@
+"""The facts a decision is made from: device, model, serving configuration, and what follows from them."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEVICE_CLASSES = ("sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm120", "sm121", "gfx942", "gfx950", "cpu")
+DeviceClass = Literal["sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm120", "sm121", "gfx942", "gfx950", "cpu"]
+Vendor = Literal["nvidia", "amd", "cpu"]
+ModelFamily = Literal["deepseek_v32", "glm5", "mistral_large3"]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+
+class DeviceFacts(Frozen):
+    """One accelerator class, as the catalog or NVML describes it."""
+
+    name: str = Field(description="catalog name (h200) or capability spec (sm90) or discovered product name")
+    device_class: DeviceClass
+    vendor: Vendor
+    compute_capability: Optional[tuple[int, int]] = Field(
+        default=None, description="(major, minor); ROCm reports major 9: gfx942 → (9, 4), gfx950 → (9, 5)")
+    product_name: Optional[str] = Field(default=None, description="the name NVML/torch reports, e.g. 'NVIDIA H200'")
+    memory_gb: Optional[float] = None
+    sm_count: Optional[int] = Field(default=None, description="streaming multiprocessors (NVIDIA) or compute units (AMD)")
+    source: Literal["catalog", "capability", "nvml", "torch"] = "catalog"
+
+
+class ModelFacts(Frozen):
+    """What the policy needs to know about a model: is it DSA, which family, top-k and heads."""
+
+    model_id: Optional[str] = None
+    architecture: str
+    family: Optional[ModelFamily] = Field(default=None, description="None when the model is not a DSA model")
+    index_topk: Optional[int] = None
+    num_attention_heads: Optional[int] = None
+    source: str = Field(default="catalog", description="catalog, a config.json path, 'mapping' or 'cli'")
+
+    @property
+    def is_dsa(self) -> bool:
+        return self.family is not None
+
+
+class ServingConfig(Frozen):
+    """The serving arguments that bear on DSA, spelt as sglang spells them. None = unset."""
+
+    model_path: Optional[str] = None
+    kv_cache_dtype: Optional[str] = Field(default=None, description="auto, bfloat16, bf16 (alias), fp8_e4m3")
+    nsa_prefill_backend: Optional[str] = None
+    nsa_decode_backend: Optional[str] = None
+    tp_size: int = Field(default=1, ge=1)
+    dp_size: int = Field(default=1, ge=1)
+    enable_dp_attention: bool = False
+    quantization: Optional[str] = None
+    enable_hisparse: bool = False
+    disable_radix_cache: bool = False
+    page_size: Optional[int] = Field(default=None, ge=1)
+    dense_attn_kv_len_threshold: Optional[int] = Field(default=None, ge=0)
+    speculative_algorithm: Optional[str] = None
+    speculative_eagle_topk: Optional[int] = Field(default=None, ge=1)
+    speculative_num_steps: Optional[int] = Field(default=None, ge=0)
+    speculative_num_draft_tokens: Optional[int] = Field(default=None, ge=1)
+
+
+THRESHOLD_ENV_VARS = (
+    "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
+    "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
+)
+
+
+class Environment(Frozen):
+    """What the process environment adds: the threshold variables and installed kernel packages."""
+
+    dense_attn_kv_len_threshold: Optional[int] = Field(default=None, ge=0)
+    threshold_env_var: Optional[str] = Field(default=None, description="which variable set the threshold")
+    packages: dict[str, str] = Field(default_factory=dict, description="distribution name → version, never imported")
+
+
+class DerivedFacts(Frozen):
+    attn_tp_size: int = Field(description="tp_size / dp_size with DP attention, else tp_size")
+    heads_per_rank: Optional[int] = Field(default=None, description="num_attention_heads / attn_tp_size")
+
+
+class Facts(Frozen):
+    """Everything the evaluator sees."""
+
+    device: DeviceFacts
+    model: ModelFacts
+    config: ServingConfig
+    env: Environment = Environment()
+    derived: DerivedFacts
+
+
+def derive(model: ModelFacts, config: ServingConfig) -> DerivedFacts:
+    attn_tp = config.tp_size // config.dp_size if config.enable_dp_attention and config.dp_size > 0 else config.tp_size
+    attn_tp = max(attn_tp, 1)
+    heads = model.num_attention_heads // attn_tp if model.num_attention_heads else None
+    return DerivedFacts(attn_tp_size=attn_tp, heads_per_rank=heads)

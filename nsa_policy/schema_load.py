@@ -1,0 +1,32 @@
+"""Validate a YAML document against a pydantic schema; report failures at file:line."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import RuleFileError
+from .yaml_lines import line_of, load_yaml
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_doc(schema: type[M], data: Any, path: Path | str) -> M:
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [p for p in err["loc"]]
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key {loc[-1]!r}"
+        elif err["type"] == "missing":
+            msg = f"missing key {loc[-1]!r}"
+        raise RuleFileError(str(path), line_of(data, loc), f"{where}: {msg}") from None
+
+
+def load_doc(schema: type[M], path: Path) -> tuple[M, Any]:
+    data = load_yaml(path)
+    return validate_doc(schema, data, path), data
