@@ -51,7 +51,7 @@ class ServingConfig(Frozen):
     kv_cache_dtype: Optional[str] = Field(default=None, description="auto, bfloat16, bf16 (alias), fp8_e4m3")
     nsa_prefill_backend: Optional[str] = None
     nsa_decode_backend: Optional[str] = None
-    tp_size: int = Field(default=1, ge=1)
+    tp_size: Optional[int] = Field(default=None, ge=1, description="unset: dp_size with DP attention, else 1")
     dp_size: int = Field(default=1, ge=1)
     enable_dp_attention: bool = False
     quantization: Optional[str] = None
@@ -95,7 +95,14 @@ class Facts(Frozen):
 
 
 def derive(model: ModelFacts, config: ServingConfig) -> DerivedFacts:
-    attn_tp = config.tp_size // config.dp_size if config.enable_dp_attention and config.dp_size > 0 else config.tp_size
+    tp = effective_tp_size(config)
+    attn_tp = tp // config.dp_size if config.enable_dp_attention else tp
     attn_tp = max(attn_tp, 1)
     heads = model.num_attention_heads // attn_tp if model.num_attention_heads else None
     return DerivedFacts(attn_tp_size=attn_tp, heads_per_rank=heads)
+
+
+def effective_tp_size(config: ServingConfig) -> int:
+    if config.tp_size is not None:
+        return config.tp_size
+    return config.dp_size if config.enable_dp_attention else 1

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from .catalog import Catalog
 from .decision import OUTPUT_FIELDS
-from .facts import Facts, ServingConfig
+from .facts import Facts, ServingConfig, effective_tp_size
 
 KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
 
@@ -87,7 +87,7 @@ def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
         "env.dense_attn_kv_len_threshold": e.dense_attn_kv_len_threshold,
         "env.threshold_env_var": e.threshold_env_var,
         "derived.attn_tp_size": x.attn_tp_size, "derived.heads_per_rank": x.heads_per_rank,
-        "derived.tp_divisible": (c.tp_size % c.dp_size == 0) if c.enable_dp_attention else True,
+        "derived.tp_divisible": (effective_tp_size(c) % c.dp_size == 0) if c.enable_dp_attention else True,
         "derived.heads_divisible": (m.num_attention_heads % x.attn_tp_size == 0) if m.num_attention_heads else True,
     })
     for name in ServingConfig.model_fields:

@@ -1,0 +1,177 @@
+"""Top-k → page-table transforms as single Triton launches (CUDA only).
+
+One program per query token (row). The row finds its request on the device from the cumulative
+extend lengths (a vector compare for small batches, a binary search for large ones), so the
+ragged batch needs no host loop and no host synchronisation; with a preallocated output the
+launch is CUDA-graph capturable. Every load is masked: −1, negative or past-the-row indices are
+written as −1 and never dereferenced.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+# Up to this many requests the row compares its token index against all request ends at once
+# (one coalesced load); past it, a binary search over the ends.
+_VECTOR_SEARCH_MAX = 1024
+
+
+@triton.jit
+def _row_request(cu_ptr, t, num_reqs, RAGGED: tl.constexpr, VECTOR_BLOCK: tl.constexpr,
+                 SEARCH_STEPS: tl.constexpr):
+    """(request index, whether the row belongs to a request) for query row t."""
+    if RAGGED:
+        start = tl.load(cu_ptr)
+        if VECTOR_BLOCK > 0:
+            offs = tl.arange(0, VECTOR_BLOCK)
+            ends = tl.load(cu_ptr + 1 + offs, mask=offs < num_reqs, other=0)
+            req = tl.sum(((ends <= t) & (offs < num_reqs)).to(tl.int32), axis=0)
+        else:
+            lo = t * 0
+            hi = lo + num_reqs
+            for _ in tl.static_range(SEARCH_STEPS):
+                active = lo < hi
+                mid = (lo + hi) // 2
+                end = tl.load(cu_ptr + 1 + mid, mask=active, other=0)
+                right = active & (end <= t)
+                lo = tl.where(right, mid + 1, lo)
+                hi = tl.where(active & (end > t), mid, hi)
+            req = lo
+        row_ok = (req < num_reqs) & (t >= start)
+    else:
+        req = t
+        row_ok = t >= 0
+    return req, row_ok
+
+
+@triton.jit
+def _lookup_slots(page_table_ptr, pt_row_ptr_offset, idx, ok, PAGE_SIZE: tl.constexpr):
+    """Slots for indices idx (int64) where ok; garbage elsewhere (never loaded)."""
+    if PAGE_SIZE == 1:
+        slot = tl.load(page_table_ptr + pt_row_ptr_offset + idx, mask=ok, other=0).to(tl.int64)
+    else:
+        page = tl.load(page_table_ptr + pt_row_ptr_offset + idx // PAGE_SIZE, mask=ok, other=0)
+        slot = page.to(tl.int64) * PAGE_SIZE + idx % PAGE_SIZE
+    return slot
+
+
+@triton.jit
+def _transform_kernel(
+    topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
+    num_reqs, K, row_len,
+    RAGGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
+    VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+):
+    t = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_k = cols < K
+    req, row_ok = _row_request(cu_ptr, t, num_reqs, RAGGED, VECTOR_BLOCK, SEARCH_STEPS)
+    idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
+    ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
+    slot = _lookup_slots(page_table_ptr, req.to(tl.int64) * pt_stride, idx, ok, PAGE_SIZE)
+    slot = tl.where(ok, slot, -1)
+    tl.store(out_ptr + t.to(tl.int64) * out_stride + cols, slot.to(tl.int32), mask=in_k)
+
+
+@triton.jit
+def _transform_compact_kernel(
+    topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
+    counts_ptr, indptr_ptr, num_reqs, K, row_len, pad_value,
+    RAGGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
+    VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    CSR: tl.constexpr, HAS_COUNTS: tl.constexpr,
+):
+    """Valid slots packed to the front of the row, in their original order.
+
+    CSR False: row t is out[t, :K]; the tail is −1. CSR True: row t is
+    out[indptr[t] : indptr[t+1]] (the planned capacity); extra valid slots are dropped and a
+    short row is padded with pad_value (an in-bounds KV row) so the attention kernel never
+    reads −1.
+    """
+    t = tl.program_id(0)
+    req, row_ok = _row_request(cu_ptr, t, num_reqs, RAGGED, VECTOR_BLOCK, SEARCH_STEPS)
+    pt_off = req.to(tl.int64) * pt_stride
+    if CSR:
+        base_ptr = out_ptr + tl.load(indptr_ptr + t).to(tl.int64)
+        capacity = (tl.load(indptr_ptr + t + 1) - tl.load(indptr_ptr + t)).to(tl.int32)
+        tail = pad_value
+    else:
+        base_ptr = out_ptr + t.to(tl.int64) * out_stride
+        capacity = K
+        tail = -1
+    count = t * 0
+    for start in range(0, K, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        in_k = cols < K
+        idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
+        ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
+        slot = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
+        flags = ok.to(tl.int32)
+        rank = count + tl.cumsum(flags, axis=0) - 1
+        tl.store(base_ptr + rank, slot.to(tl.int32), mask=ok & (rank < capacity))
+        count += tl.sum(flags, axis=0)
+    if HAS_COUNTS:
+        tl.store(counts_ptr + t, count)
+    for start in range(count, capacity, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        tl.store(base_ptr + cols, tl.zeros([BLOCK], dtype=tl.int32) + tail, mask=cols < capacity)
+
+
+def _search_params(num_reqs: int) -> tuple[int, int]:
+    if num_reqs <= _VECTOR_SEARCH_MAX:
+        return max(16, triton.next_power_of_2(max(num_reqs, 1))), 1
+    return 0, max(1, num_reqs.bit_length() + 1)
+
+
+def _block_for(k: int) -> tuple[int, int]:
+    block = min(2048, max(16, triton.next_power_of_2(max(k, 1))))
+    return block, (8 if block >= 2048 else 4)
+
+
+def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
+                     cu_extend_lens: Optional[torch.Tensor], page_size: int,
+                     out: torch.Tensor) -> torch.Tensor:
+    num_rows, k = topk_indices.shape
+    if num_rows == 0 or k == 0:
+        return out
+    ragged = cu_extend_lens is not None
+    num_reqs = cu_extend_lens.numel() - 1 if ragged else page_table.shape[0]
+    vector_block, steps = _search_params(num_reqs)
+    block, warps = _block_for(k)
+    grid = (num_rows, triton.cdiv(k, block))
+    _transform_kernel[grid](
+        topk_indices, topk_indices.stride(0), page_table, page_table.stride(0),
+        cu_extend_lens if ragged else page_table, out, out.stride(0),
+        num_reqs, k, page_table.shape[1] * page_size,
+        RAGGED=ragged, PAGE_SIZE=page_size, BLOCK=block,
+        VECTOR_BLOCK=vector_block, SEARCH_STEPS=steps, num_warps=warps,
+    )
+    return out
+
+
+def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tensor,
+                             cu_extend_lens: Optional[torch.Tensor], page_size: int,
+                             out: torch.Tensor, counts: Optional[torch.Tensor],
+                             kv_indptr: Optional[torch.Tensor] = None,
+                             pad_slot: int = 0) -> torch.Tensor:
+    num_rows, k = topk_indices.shape
+    if num_rows == 0:
+        return out
+    ragged = cu_extend_lens is not None
+    num_reqs = cu_extend_lens.numel() - 1 if ragged else page_table.shape[0]
+    vector_block, steps = _search_params(num_reqs)
+    block, warps = _block_for(min(k, 1024) if k else 16)
+    csr = kv_indptr is not None
+    _transform_compact_kernel[(num_rows,)](
+        topk_indices, topk_indices.stride(0), page_table, page_table.stride(0),
+        cu_extend_lens if ragged else page_table, out, out.stride(0) if not csr else 0,
+        counts if counts is not None else out, kv_indptr if csr else out,
+        num_reqs, k, page_table.shape[1] * page_size, pad_slot,
+        RAGGED=ragged, PAGE_SIZE=page_size, BLOCK=block,
+        VECTOR_BLOCK=vector_block, SEARCH_STEPS=steps,
+        CSR=csr, HAS_COUNTS=counts is not None, num_warps=warps,
+    )
+    return out

@@ -1,0 +1,33 @@
+"""Which device class the adapter is actually running on (sm90, sm100, sm120, gfx942, cpu)."""
+from __future__ import annotations
+
+from typing import Union
+
+import torch
+
+DeviceLike = Union[str, int, torch.device, None]
+
+
+def as_device(device: DeviceLike) -> torch.device:
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cpu")
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    return torch.device(device)
+
+
+def detect_device_class(device: torch.device) -> str:
+    """'sm{major}{minor}' for NVIDIA (sm90, sm100, sm103, sm120, sm121), the gfx arch on ROCm,
+    'cpu' for the CPU."""
+    if device.type == "cpu":
+        return "cpu"
+    if device.type != "cuda":
+        return device.type
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {device} was requested but torch sees no CUDA device")
+    if getattr(torch.version, "hip", None):
+        arch = torch.cuda.get_device_properties(device).gcnArchName
+        return arch.split(":")[0]
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
