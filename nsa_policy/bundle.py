@@ -256,9 +256,19 @@ class _Loader:
         if not sets and not rule.emit:
             raise err("a rule must `set` outputs or `emit` a finding")
         return CompiledRule(id=rule.id, stage=stage, description=rule.description, evidence=tuple(rule.evidence),
-                            origin=f"{path}:{getattr(data, 'line', '?')}", check=check, explain=explain,
+                            origin=f"{_display(path)}:{getattr(data, 'line', '?')}", check=check, explain=explain,
                             reads=tuple(reads), sets=tuple(sets), overwrite=rule.overwrite, emit=rule.emit,
                             level=level, message_parts=parts, spec=rule)
+
+
+def _display(path: Path) -> str:
+    """rules/policy/default/30-backends.yaml rather than an absolute path, when inside the shipped rules."""
+    from .paths import rules_dir
+
+    try:
+        return "rules/" + str(path.resolve().relative_to(rules_dir().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def existing_from_same_file(entry: tuple, path: Path) -> bool:

@@ -85,6 +85,9 @@ def write_csr(slots: torch.Tensor, valid: torch.Tensor, kv_indptr: torch.Tensor,
     col = positions - indptr[row]
     in_row = (col >= 0) & (col < width) & (positions < indptr[-1])
     take = in_row & (col < n_valid[row])
-    value = packed[row, col.clamp(0, max(width - 1, 0))]
-    value = torch.where(take, value, torch.full_like(value, pad_slot))
+    if width == 0:
+        value = torch.full_like(positions, pad_slot)
+    else:
+        value = packed[row, col.clamp(0, width - 1)]
+        value = torch.where(take, value, torch.full_like(value, pad_slot))
     kv_indices.copy_(value)
