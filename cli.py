@@ -3,33 +3,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from nsa_policy import __version__
-from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError, RuleFileError
+from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Decide, explain and check how a serving engine runs DeepSeek Sparse Attention (DSA/NSA).")
 
-EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
-
-
-def fail_usage(exc: Exception, as_json: bool = False) -> "typer.Exit":
-    """Bad input: one clear line on stderr (and a JSON error object with --json), exit 2."""
-    if as_json:
-        err = {"message": str(exc), "kind": type(exc).__name__}
-        if isinstance(exc, InputError):
-            err.update(field=exc.field, value=exc.value if isinstance(exc.value, (str, int, float, type(None))) else str(exc.value),
-                       valid=exc.valid, suggestion=exc.suggestion)
-        if isinstance(exc, RuleFileError):
-            err.update(path=exc.path, line=exc.line)
-        print(json.dumps({"error": err}))
-    print(f"nsa-policy: error: {exc}", file=sys.stderr)
-    return typer.Exit(EXIT_USAGE)
+from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
 
 
 def parse_packages(items: Optional[List[str]]) -> Optional[dict]:
