@@ -174,7 +174,8 @@ class SparseMLAAdapter:
         backends = {p: chosen[p] for p in phases}
         problems: list[str] = []
         for phase, backend in backends.items():
-            problems += cls._backend_problems(phase, backend, dev, dev_class, layout, page_size, top_k)
+            problems += cls._backend_problems(phase, backend, dev, dev_class, layout, page_size, top_k,
+                                              real_kernels=flashinfer is None)
         if problems:
             raise AdapterConfigError("; ".join(problems))
 
@@ -190,7 +191,8 @@ class SparseMLAAdapter:
                    transform_impl=transform_impl, workspace_bytes=workspace_bytes, kernels=kernels)
 
     @staticmethod
-    def _backend_problems(phase, backend, dev, dev_class, layout, page_size, top_k) -> list[str]:
+    def _backend_problems(phase, backend, dev, dev_class, layout, page_size, top_k,
+                          real_kernels: bool) -> list[str]:
         valid_here = backends_for(dev_class)
         if backend not in IMPLEMENTED:
             where = OTHER_PACKAGES.get(backend)
@@ -202,7 +204,8 @@ class SparseMLAAdapter:
         if runs_on is not None and dev_class not in runs_on:
             problems.append(f"{phase} backend {backend!r} runs on {', '.join(runs_on)}, not on "
                             f"{dev_class}; on {dev_class} the adapter can run {valid_here}")
-        if runs_on is not None and dev.type != "cuda":
+        # (a stand-in flashinfer runs wherever its caller says)
+        if runs_on is not None and real_kernels and dev.type != "cuda":
             problems.append(f"{phase} backend {backend!r} needs a CUDA device, got {dev}")
         if layout not in BACKEND_LAYOUTS[backend]:
             problems.append(f"{phase} backend {backend!r} reads KV layout "
