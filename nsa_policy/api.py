@@ -1,6 +1,8 @@
 """The library call a server makes at start-up: resolve(config, device=…, model=…, policy=…)."""
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
 from typing import Any, Mapping, Optional
 
 from .bundle import get_bundle
@@ -8,7 +10,7 @@ from .catalog import load_catalog
 from .decision import Decision
 from .errors import PolicyError
 from .evaluator import evaluate
-from .facts import Facts, derive
+from .facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
 from .inputs import config_from, device_from, environment_from, installed_packages, model_from
 
 
@@ -28,6 +30,38 @@ def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Deci
     return evaluate(get_bundle(policy), facts, load_catalog(), trace=trace)
 
 
+_MEMO: "OrderedDict[tuple, Decision]" = OrderedDict()
+_MEMO_SIZE = 1024
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable image of plain inputs; TypeError for anything else (then no memo)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, (ServingConfig, DeviceFacts, ModelFacts)):
+        return value
+    raise TypeError(type(value).__name__)
+
+
+def _memo_key(config: Any, device: Any, model: Any, policy: str, env: Optional[Mapping[str, str]],
+              packages: Any, trace: bool) -> Optional[tuple]:
+    """Decisions are a pure function of the inputs; plain inputs (no paths, no live objects) are memoised."""
+    if isinstance(model, str) and model not in load_catalog().model_doc.models:
+        return None  # a path: its config.json may change between calls
+    if isinstance(device, str) and device.strip().lower() == "auto":
+        return None  # discovery reads the machine each time
+    source = os.environ if env is None else env
+    try:
+        return (policy, trace, _freeze(config), _freeze(device), _freeze(model), _freeze(packages),
+                tuple(source.get(var) for var in THRESHOLD_ENV_VARS))
+    except TypeError:
+        return None
+
+
 def resolve(config: Any = None, *, device: Any = "auto", model: Any = None, policy: str = "default",
             env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
             trace: bool = True, raise_on_error: bool = True) -> Decision:
@@ -39,7 +73,14 @@ def resolve(config: Any = None, *, device: Any = "auto", model: Any = None, poli
     env: where the threshold variables are read (default os.environ).
     Raises InputError for input that cannot be evaluated, PolicyError (with .decision) when rejected.
     """
-    decision = decide(build_facts(config, device=device, model=model, env=env, packages=packages), policy, trace=trace)
+    key = _memo_key(config, device, model, policy, env, packages, trace)
+    decision = _MEMO.get(key) if key is not None else None
+    if decision is None:
+        decision = decide(build_facts(config, device=device, model=model, env=env, packages=packages), policy, trace=trace)
+        if key is not None:
+            _MEMO[key] = decision
+            if len(_MEMO) > _MEMO_SIZE:
+                _MEMO.popitem(last=False)
     if raise_on_error and decision.errors:
         raise PolicyError(decision)
     return decision

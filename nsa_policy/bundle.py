@@ -86,6 +86,9 @@ class CompiledRule:
     level: Optional[str]
     message_parts: tuple  # compiled template
     spec: RuleSpec = field(repr=False, compare=False)
+    # The condition split for speed: top-level device.* tests (decided once per device) and the rest.
+    device_check: Optional[Callable] = field(default=None, repr=False, compare=False)
+    rest_check: Optional[Callable] = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,10 @@ class _Loader:
 
         try:
             check, explain, reads = compile_condition(rule.when, ("when",))
+            device_part = {k: v for k, v in (rule.when or {}).items() if str(k).startswith("device.")}
+            rest_part = {k: v for k, v in (rule.when or {}).items() if not str(k).startswith("device.")}
+            device_check = compile_condition(device_part)[0] if device_part else None
+            rest_check = compile_condition(rest_part)[0] if rest_part else None
         except ConditionError as exc:
             raise err(str(exc), exc.path) from None
         for p in reads:
@@ -258,7 +265,8 @@ class _Loader:
         return CompiledRule(id=rule.id, stage=stage, description=rule.description, evidence=tuple(rule.evidence),
                             origin=f"{_display(path)}:{getattr(data, 'line', '?')}", check=check, explain=explain,
                             reads=tuple(reads), sets=tuple(sets), overwrite=rule.overwrite, emit=rule.emit,
-                            level=level, message_parts=parts, spec=rule)
+                            level=level, message_parts=parts, spec=rule,
+                            device_check=device_check, rest_check=rest_check)
 
 
 def _display(path: Path) -> str:
@@ -328,8 +336,19 @@ def _cached(name_or_dir: str) -> CompiledBundle:
     return compile_bundle(name_or_dir)
 
 
+_BY_ARG: dict[str, CompiledBundle] = {}
+
+
 def get_bundle(name_or_dir: str) -> CompiledBundle:
     """Compile once per bundle (by name, or by resolved folder path)."""
+    hit = _BY_ARG.get(name_or_dir)
+    if hit is not None:
+        return hit
+    _BY_ARG[name_or_dir] = bundle = _get_bundle(name_or_dir)
+    return bundle
+
+
+def _get_bundle(name_or_dir: str) -> CompiledBundle:
     p = Path(name_or_dir)
     key = str(p.resolve()) if (p / BUNDLE_FILE).is_file() else name_or_dir
     return _cached(key)

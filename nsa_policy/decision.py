@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from .facts import Frozen
+from .facts import Facts, Frozen
 
 Level = Literal["error", "warning", "info"]
 
@@ -70,7 +70,7 @@ class Decision(Frozen):
     notes: tuple[Finding, ...] = ()
     provenance: dict[str, Provenance] = Field(default_factory=dict)
     trace: tuple[TraceEntry, ...] = ()
-    inputs: dict[str, Any] = Field(default_factory=dict, description="the facts, as evaluated")
+    inputs: Optional[Facts] = Field(default=None, description="the facts, as evaluated")
 
     @property
     def rejected(self) -> bool:

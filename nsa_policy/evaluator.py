@@ -1,6 +1,7 @@
 """The evaluator: facts + compiled bundle → Decision. Deterministic and pure."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Optional
 
 from .bundle import STAGES, CompiledBundle, CompiledRule
@@ -12,6 +13,16 @@ from .namespace import FactNamespace, build_namespace, threshold_detail
 
 _USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--nsa-prefill-backend"),
                  ("decode_backend", "--nsa-decode-backend"), ("page_size", "--page-size"))
+
+
+@lru_cache(maxsize=1024)
+def _provenance(source: str, detail: str, overwrote: Optional[str]) -> Provenance:
+    return Provenance.model_construct(source=source, detail=detail, overwrote=overwrote)
+
+
+@lru_cache(maxsize=64)
+def _runtime(capacity: int, ratio: int, one_shot: bool) -> RuntimeThresholds:
+    return RuntimeThresholds.model_construct(mha_chunk_capacity=capacity, flashmla_auto_ratio=ratio, mha_one_shot=one_shot)
 
 
 def _seed_user_values(ns: FactNamespace, prov: dict) -> None:
@@ -27,13 +38,13 @@ def _seed_user_values(ns: FactNamespace, prov: dict) -> None:
         if seeds[out] is not None:
             ns[f"out.{out}"] = seeds[out]
             ns[f"prov.{out}"] = "user"
-            prov[out] = Provenance(source="user", detail=flag)
+            prov[out] = _provenance("user", flag, None)
     if ns["input.threshold"] is not None:
         src = ns["input.threshold_source"]
         ns["out.dense_attn_kv_len_threshold"] = ns["input.threshold"]
         ns["prov.dense_attn_kv_len_threshold"] = "user" if src == "flag" else "env"
-        prov["dense_attn_kv_len_threshold"] = Provenance(source="user" if src == "flag" else "env",
-                                                          detail=threshold_detail(ns) or "")
+        prov["dense_attn_kv_len_threshold"] = _provenance("user" if src == "flag" else "env",
+                                                          threshold_detail(ns) or "", None)
 
 
 def _value(spec: Any, ns: FactNamespace, catalog: Catalog) -> Any:
@@ -95,6 +106,22 @@ def _render(rule: CompiledRule, ns: FactNamespace, alts: tuple[str, ...]) -> str
     return text
 
 
+_PLANS: dict = {}
+
+
+def _device_plan(bundle: CompiledBundle, ns: FactNamespace, device) -> dict[str, tuple[CompiledRule, ...]]:
+    """The rules whose top-level device tests hold on this device, per stage: decided once per device."""
+    key = (bundle.digest, bundle.files, device)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = {stage: tuple(r for r in rules if r.device_check is None or r.device_check(ns))
+                for stage, rules in bundle.stages.items()}
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
 def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: bool = True,
              device_label: Optional[str] = None) -> Decision:
     ns = build_namespace(facts, catalog)
@@ -103,82 +130,98 @@ def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: b
     steps: list[TraceEntry] = []
     _seed_user_values(ns, prov)
     applies = facts.model.family is not None
-    stages = ("not_dsa",) if not applies else tuple(s for s in STAGES if s != "not_dsa")
+    stages = ("not_dsa",) if not applies else _DSA_STAGES
+    # Without a trace, rules ruled out by the device alone are skipped; with one, every rule is reported.
+    plan = bundle.stages if trace else _device_plan(bundle, ns, facts.device)
 
     for stage in stages:
-        for rule in bundle.stages.get(stage, ()):
-            if not rule.check(ns):
-                if trace:
-                    steps.append(TraceEntry(rule=rule.id, stage=stage, outcome="not_matched",
-                                            why=rule.explain(ns) or "condition false"))
+        for rule in plan.get(stage, ()):
+            if trace:
+                if not rule.check(ns):
+                    steps.append(TraceEntry.model_construct(rule=rule.id, stage=stage, outcome="not_matched",
+                                                            why=rule.explain(ns) or "condition false"))
+                    continue
+            elif rule.rest_check is not None and not rule.rest_check(ns):
                 continue
             outcome, why = "fired", ""
             if rule.sets:
                 changed, blocked, none_valid = [], [], []
                 for out, spec in rule.sets:
-                    key = f"out.{out}"
+                    key = "out." + out
                     current = ns[key]
                     if current is not None and not rule.overwrite:
-                        blocked.append(f"{out} already {current!r} ({ns[f'prov.{out}']})")
+                        if trace:
+                            blocked.append(f"{out} already {current!r} ({ns['prov.' + out]})")
+                        else:
+                            blocked.append(out)
                         continue
                     value = _value(spec, ns, catalog)
                     if value is None:
                         none_valid.append(out)
                         continue
                     ns[key] = value
-                    ns[f"prov.{out}"] = "rule"
+                    ns["prov." + out] = "rule"
                     replaced = None
                     if current is not None and current != value:
                         replaced = f"{current!r} ({prov[out].source}: {prov[out].detail})" if out in prov else repr(current)
-                    prov[out] = Provenance(source="rule", detail=rule.id, overwrote=replaced)
-                    changed.append(f"{out}={value!r}" + (f" over {current!r}" if replaced else ""))
+                    prov[out] = _provenance("rule", rule.id, replaced)
+                    if trace:
+                        changed.append(f"{out}={value!r}" + (f" over {current!r}" if replaced else ""))
+                    else:
+                        changed.append(out)
                 if not changed:
                     if trace:
-                        steps.append(TraceEntry(rule=rule.id, stage=stage,
-                                                outcome="already_set" if blocked else "no_valid_candidate",
-                                                why="; ".join(blocked) or f"no candidate runs here for {', '.join(none_valid)}"))
+                        steps.append(TraceEntry.model_construct(
+                            rule=rule.id, stage=stage, outcome="already_set" if blocked else "no_valid_candidate",
+                            why="; ".join(blocked) or f"no candidate runs here for {', '.join(none_valid)}"))
                     if not rule.emit:
                         continue
-                    outcome, why = "emitted", "; ".join(blocked)
-                else:
+                    outcome = "emitted"
+                    if trace:
+                        why = "; ".join(blocked)
+                elif trace:
                     why = "set " + ", ".join(changed)
             if rule.emit:
                 alts = _alternatives(rule.emit.alternatives, ns, catalog)
-                f = Finding(code=rule.emit.code, level=rule.level, message=_render(rule, ns, alts), rule=rule.id,
-                            fields=tuple(rule.emit.fields), alternatives=alts, evidence=rule.evidence)
+                f = Finding.model_construct(code=rule.emit.code, level=rule.level, message=_render(rule, ns, alts),
+                                            rule=rule.id, fields=tuple(rule.emit.fields), alternatives=alts,
+                                            evidence=rule.evidence)
                 findings[rule.level].append(f)
                 if outcome == "fired" and not rule.sets:
                     outcome = "emitted"
-                why = (why + "; " if why else "") + f"{f.code}: {f.message}"
+                if trace:
+                    why = (why + "; " if why else "") + f"{f.code}: {f.message}"
             if trace:
-                steps.append(TraceEntry(rule=rule.id, stage=stage, outcome=outcome, why=why))
+                steps.append(TraceEntry.model_construct(rule=rule.id, stage=stage, outcome=outcome, why=why))
         if stage == "input" and findings["error"]:
             break  # malformed input: later stages would only repeat the problem
 
-    o = {k[4:]: v for k, v in ns.items() if k.startswith("out.")}
+    get = ns.get
     runtime = None
-    if applies and o["mha_one_shot"] is not None:
-        runtime = RuntimeThresholds(mha_chunk_capacity=o["mha_chunk_capacity"] or 131072,
-                                    flashmla_auto_ratio=o["flashmla_auto_ratio"] or 512,
-                                    mha_one_shot=bool(o["mha_one_shot"]))
+    if applies and get("out.mha_one_shot") is not None:
+        runtime = _runtime(get("out.mha_chunk_capacity") or 131072, get("out.flashmla_auto_ratio") or 512,
+                           bool(get("out.mha_one_shot")))
     padded = {}
     if applies:
         for phase in ("prefill", "decode"):
-            p = ns[f"pad.{phase}"]
+            p = ns["pad." + phase]
             if p is not None:
                 padded[phase] = int(p)
-    for out in ("index_topk", "attention_backend"):
-        if o[out] is not None and out not in prov:
-            prov[out] = Provenance(source="model" if out == "index_topk" else "rule", detail="")
-    return Decision(
+    for out, source in (("index_topk", "model"), ("attention_backend", "rule")):
+        if get("out." + out) is not None and out not in prov:
+            prov[out] = _provenance(source, "", None)
+    return Decision.model_construct(
         applies=applies, policy=bundle.name, policy_digest=bundle.digest,
         device=device_label or facts.device.name, device_class=facts.device.device_class,
         model=facts.model.model_id, model_family=facts.model.family, architecture=facts.model.architecture,
-        kv_cache_dtype=o["kv_cache_dtype"], prefill_backend=o["prefill_backend"], decode_backend=o["decode_backend"],
-        page_size=o["page_size"], attention_backend=o["attention_backend"],
-        dense_attn_kv_len_threshold=o["dense_attn_kv_len_threshold"], index_topk=o["index_topk"],
-        kv_cache_layout=o["kv_cache_layout"], heads_per_rank=facts.derived.heads_per_rank, padded_heads=padded,
+        kv_cache_dtype=get("out.kv_cache_dtype"), prefill_backend=get("out.prefill_backend"),
+        decode_backend=get("out.decode_backend"), page_size=get("out.page_size"),
+        attention_backend=get("out.attention_backend"),
+        dense_attn_kv_len_threshold=get("out.dense_attn_kv_len_threshold"), index_topk=get("out.index_topk"),
+        kv_cache_layout=get("out.kv_cache_layout"), heads_per_rank=facts.derived.heads_per_rank, padded_heads=padded,
         runtime=runtime, warnings=tuple(findings["warning"]), errors=tuple(findings["error"]),
-        notes=tuple(findings["info"]), provenance=prov, trace=tuple(steps),
-        inputs=facts.model_dump(mode="json"),
+        notes=tuple(findings["info"]), provenance=prov, trace=tuple(steps), inputs=facts,
     )
+
+
+_DSA_STAGES = tuple(s for s in STAGES if s != "not_dsa")

@@ -5,11 +5,12 @@ from the outputs decided so far, so a validation sees the final choice.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Optional
 
 from .catalog import Catalog
 from .decision import OUTPUT_FIELDS
-from .facts import Facts, ServingConfig, effective_tp_size
+from .facts import DeviceFacts, Facts, ModelFacts, ServingConfig, effective_tp_size
 
 KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
 
@@ -46,69 +47,93 @@ class FactNamespace(dict):
         self.packages = packages
 
     def __missing__(self, key: str) -> Any:
-        kind, _, rest = key.partition(".")
-        if kind == "pkg":
-            return self.packages.get(rest)
-        phase = rest.split(".")[0].removesuffix("_factor")
-        backend = self.get(f"out.{phase}_backend")
-        kv = self.get("out.kv_cache_dtype")
-        dev = self["device.class"]
+        spec = _LAZY.get(key)
+        if spec is None:
+            if key.startswith("pkg."):
+                return self.packages.get(key[4:])
+            raise KeyError(key)
+        kind, phase, what = spec
+        backend = self.get(phase)
         if kind == "cap":
+            kv = self.get("out.kv_cache_dtype")
             if backend is None or kv is None:
                 return None
-            cap = self.catalog.capability(backend, dev, kv, phase)
-            return cap.status if rest.endswith(".status") else cap.reason
+            cap = self.catalog.capability(backend, self["device.class"], kv, phase[4:-8])
+            return cap.status if what == "status" else cap.reason
         if kind == "req":
             if backend is None:
                 return None
             return self.catalog.requirement_problem(backend, self["model.index_topk"], self.packages)
-        if kind == "pad":
-            heads = self["derived.heads_per_rank"]
-            spec = self.catalog.backends.get(backend) if backend else None
-            if heads is None or spec is None:
-                return None
-            pad_to = spec.pad_heads_to.get(dev)
-            padded = max(heads, pad_to) if pad_to else heads
-            return padded / heads if rest.endswith("_factor") else padded
-        raise KeyError(key)
+        heads = self["derived.heads_per_rank"]
+        spec_b = self.catalog.backends.get(backend) if backend else None
+        if heads is None or spec_b is None:
+            return None
+        pad_to = spec_b.pad_heads_to.get(self["device.class"])
+        padded = max(heads, pad_to) if pad_to else heads
+        return padded / heads if what == "factor" else padded
+
+
+# lazy path → (kind, the output it reads, what)
+_LAZY = {}
+for _phase in ("prefill", "decode"):
+    _out = f"out.{_phase}_backend"
+    _LAZY[f"cap.{_phase}.status"] = ("cap", _out, "status")
+    _LAZY[f"cap.{_phase}.reason"] = ("cap", _out, "reason")
+    _LAZY[f"req.{_phase}"] = ("req", _out, "")
+    _LAZY[f"pad.{_phase}"] = ("pad", _out, "heads")
+    _LAZY[f"pad.{_phase}_factor"] = ("pad", _out, "factor")
+
+
+@lru_cache(maxsize=256)
+def _device_part(d: DeviceFacts) -> dict:
+    cc = d.compute_capability
+    return {"device.name": d.name, "device.class": d.device_class, "device.vendor": d.vendor,
+            "device.major": cc[0] if cc else None, "device.minor": cc[1] if cc else None,
+            "device.product": d.product_name, "device.memory_gb": d.memory_gb, "device.sm_count": d.sm_count}
+
+
+@lru_cache(maxsize=256)
+def _model_part(m: ModelFacts) -> dict:
+    return {"model.id": m.model_id, "model.family": m.family, "model.architecture": m.architecture,
+            "model.index_topk": m.index_topk, "model.num_attention_heads": m.num_attention_heads,
+            "model.is_dsa": m.family is not None}
+
+
+_UNSET_OUTPUTS = {f"{kind}.{f}": None for f in OUTPUT_FIELDS for kind in ("out", "prov")}
+_CONFIG_KEYS = tuple((f"config.{name}", name) for name in ServingConfig.model_fields)
+
+
+def device_part(d: DeviceFacts) -> dict:
+    return _device_part(d)
 
 
 def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
-    d, m, c, e, x = facts.device, facts.model, facts.config, facts.env, facts.derived
-    ns = FactNamespace(catalog, dict(e.packages))
-    cc = d.compute_capability
+    m, c, e, x = facts.model, facts.config, facts.env, facts.derived
+    ns = FactNamespace(catalog, e.packages)
+    ns.update(_device_part(facts.device))
+    ns.update(_model_part(m))
+    ns.update(_UNSET_OUTPUTS)
+    cfg = c.__dict__
+    for key, name in _CONFIG_KEYS:
+        ns[key] = cfg[name]
+    raw_kv = c.kv_cache_dtype
+    ns["config.kv_cache_dtype_raw"] = raw_kv
+    ns["config.kv_cache_dtype"] = KV_ALIASES.get(raw_kv, raw_kv) if raw_kv is not None else "auto"
+    names = catalog.backends
+    threshold, source = (c.dense_attn_kv_len_threshold, "flag") if c.dense_attn_kv_len_threshold is not None else (
+        (e.dense_attn_kv_len_threshold, "env") if e.dense_attn_kv_len_threshold is not None else (None, None))
     ns.update({
-        "device.name": d.name, "device.class": d.device_class, "device.vendor": d.vendor,
-        "device.major": cc[0] if cc else None, "device.minor": cc[1] if cc else None,
-        "device.product": d.product_name, "device.memory_gb": d.memory_gb, "device.sm_count": d.sm_count,
-        "model.id": m.model_id, "model.family": m.family, "model.architecture": m.architecture,
-        "model.index_topk": m.index_topk, "model.num_attention_heads": m.num_attention_heads,
-        "model.is_dsa": m.family is not None,
         "env.dense_attn_kv_len_threshold": e.dense_attn_kv_len_threshold,
         "env.threshold_env_var": e.threshold_env_var,
         "derived.attn_tp_size": x.attn_tp_size, "derived.heads_per_rank": x.heads_per_rank,
         "derived.tp_divisible": (effective_tp_size(c) % c.dp_size == 0) if c.enable_dp_attention else True,
         "derived.heads_divisible": (m.num_attention_heads % x.attn_tp_size == 0) if m.num_attention_heads else True,
+        "input.prefill_backend_known": c.nsa_prefill_backend is None or c.nsa_prefill_backend in names,
+        "input.decode_backend_known": c.nsa_decode_backend is None or c.nsa_decode_backend in names,
+        "input.threshold": threshold, "input.threshold_source": source,
+        "input.dsa_flags_set": c.enable_hisparse or any(v is not None for v in (
+            c.nsa_prefill_backend, c.nsa_decode_backend, c.dense_attn_kv_len_threshold)),
     })
-    for name in ServingConfig.model_fields:
-        ns[f"config.{name}"] = getattr(c, name)
-    raw_kv = c.kv_cache_dtype
-    ns["config.kv_cache_dtype_raw"] = raw_kv
-    ns["config.kv_cache_dtype"] = KV_ALIASES.get(raw_kv, raw_kv) if raw_kv is not None else "auto"
-    names = catalog.backends
-    ns["input.prefill_backend_known"] = c.nsa_prefill_backend is None or c.nsa_prefill_backend in names
-    ns["input.decode_backend_known"] = c.nsa_decode_backend is None or c.nsa_decode_backend in names
-    if c.dense_attn_kv_len_threshold is not None:
-        ns["input.threshold"], ns["input.threshold_source"] = c.dense_attn_kv_len_threshold, "flag"
-    elif e.dense_attn_kv_len_threshold is not None:
-        ns["input.threshold"], ns["input.threshold_source"] = e.dense_attn_kv_len_threshold, "env"
-    else:
-        ns["input.threshold"], ns["input.threshold_source"] = None, None
-    ns["input.dsa_flags_set"] = any(v is not None for v in (
-        c.nsa_prefill_backend, c.nsa_decode_backend, c.dense_attn_kv_len_threshold)) or c.enable_hisparse
-    for f in OUTPUT_FIELDS:
-        ns[f"out.{f}"] = None
-        ns[f"prov.{f}"] = None
     return ns
 
 
