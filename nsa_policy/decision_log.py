@@ -1,0 +1,124 @@
+"""The decision log: one JSON line per decision, enough to answer "why did this server run trtllm on May 3rd".
+
+Each line is a `DecisionLogEntry`: the format tag, the time (UTC), where the decision was made
+(origin, host, pid, context) and the whole `Decision` (policy name and digest, inputs, outputs,
+provenance, findings and, unless left out, the rule trace). The format is documented in
+docs/decision-log.md; `read_decision_log` parses it back into the models.
+
+Lines are appended with one `write` on a file opened O_APPEND, so processes sharing one log
+(the ranks of a server) do not interleave within a line.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Literal, Mapping, Optional, Union
+
+from pydantic import Field, ValidationError
+
+from .decision import Decision
+from .errors import InputError
+from .facts import Frozen
+
+LOG_FORMAT = "nsa-policy-decision-log/1"
+
+
+class DecisionLogEntry(Frozen):
+    """One line of the decision log."""
+
+    format: Literal["nsa-policy-decision-log/1"] = LOG_FORMAT
+    time: str = Field(description="when the decision was logged: ISO 8601, UTC, microseconds")
+    origin: str = Field(description="who decided: cli.resolve, startup.apply, launch, or a logger name")
+    host: str
+    pid: int
+    context: dict[str, Any] = Field(default_factory=dict,
+                                    description="origin-specific: fields written, env vars set, the command, the rank")
+    decision: Decision
+
+
+def _utc(timestamp: Optional[float] = None) -> str:
+    moment = datetime.now(timezone.utc) if timestamp is None else datetime.fromtimestamp(timestamp, timezone.utc)
+    return moment.isoformat(timespec="microseconds")
+
+
+def make_entry(decision: Decision, *, origin: str, context: Optional[Mapping[str, Any]] = None,
+               timestamp: Optional[float] = None, include_trace: bool = True) -> DecisionLogEntry:
+    if not include_trace:
+        decision = decision.model_copy(update={"trace": ()})
+    return DecisionLogEntry(time=_utc(timestamp), origin=origin, host=socket.gethostname(), pid=os.getpid(),
+                            context=dict(context or {}), decision=decision)
+
+
+def append_entry(path: Union[str, os.PathLike], entry: DecisionLogEntry) -> None:
+    line = (entry.model_dump_json() + "\n").encode()
+    try:
+        fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise InputError("decision log", os.fspath(path), hint=f"cannot open for appending: {exc.strerror}") from None
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def append_decision(path: Union[str, os.PathLike], decision: Decision, *, origin: str = "library",
+                    context: Optional[Mapping[str, Any]] = None, include_trace: bool = True) -> DecisionLogEntry:
+    """Append one line for `decision` to the log at `path` (created if missing); returns the entry."""
+    entry = make_entry(decision, origin=origin, context=context, include_trace=include_trace)
+    append_entry(path, entry)
+    return entry
+
+
+def parse_entry(line: str, where: str = "decision log") -> DecisionLogEntry:
+    try:
+        return DecisionLogEntry.model_validate_json(line)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "line"
+        raise InputError(where, loc, hint=f"not a decision-log line ({LOG_FORMAT}): {err['msg']} at {loc}") from None
+
+
+def iter_decision_log(path: Union[str, os.PathLike]) -> Iterator[DecisionLogEntry]:
+    """Entries in file order; a malformed line is an error naming file:line (blank lines are skipped)."""
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if line.strip():
+                yield parse_entry(line, f"{os.fspath(path)}:{number}")
+
+
+def read_decision_log(path: Union[str, os.PathLike]) -> list[DecisionLogEntry]:
+    return list(iter_decision_log(path))
+
+
+class DecisionLogHandler(logging.Handler):
+    """A logging handler that appends every record carrying a decision to a decision log.
+
+    nsa_policy's start-up hook (`startup.apply`, `nsa-policy launch`) logs one record per decision
+    with the Decision in `record.nsa_decision`; records without one are ignored, so the handler can
+    sit on the root logger. Attach it to the "nsa_policy" logger:
+
+        logging.getLogger("nsa_policy").addHandler(DecisionLogHandler("/var/log/nsa-decisions.jsonl"))
+    """
+
+    def __init__(self, path: Union[str, os.PathLike], *, include_trace: bool = True, level: int = logging.NOTSET):
+        super().__init__(level)
+        self.path = Path(path)
+        self.include_trace = include_trace
+        self._write_lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        decision = getattr(record, "nsa_decision", None)
+        if not isinstance(decision, Decision):
+            return
+        try:
+            context = getattr(record, "nsa_context", None) or {}
+            entry = make_entry(decision, origin=record.name, context=context, timestamp=record.created,
+                               include_trace=self.include_trace)
+            with self._write_lock:
+                append_entry(self.path, entry)
+        except Exception:  # a logging handler must never take the server down
+            self.handleError(record)
