@@ -28,7 +28,7 @@ def test_adapter_builds_from_a_resolved_b200_decision():
     pytest.importorskip("torch")
     from nsa_policy.runtime import SparseMLAAdapter
 
-    from .test_adapter import FakeMLAWrapper, RecordingTrtllm, real_signatures  # noqa: F401
+    from .test_adapter import RecordingTrtllm, real_signatures
     import types
     sigs = real_signatures()
     trt = RecordingTrtllm(sigs["flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla"])

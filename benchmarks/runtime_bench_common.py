@@ -1,0 +1,86 @@
+"""Shared pieces of the GPU runtime scripts: imports, environment record, inputs, baselines."""
+from __future__ import annotations
+
+import datetime
+import importlib
+import pathlib
+import platform
+import sys
+import types
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def import_runtime():
+    """nsa_policy.runtime; if the policy package's own deps (pydantic…) are missing on the GPU
+    machine, load the runtime subpackage alone (it needs only torch/triton/flashinfer)."""
+    try:
+        return importlib.import_module("nsa_policy.runtime"), None
+    except ImportError as exc:
+        for name in [m for m in sys.modules if m == "nsa_policy" or m.startswith("nsa_policy.")]:
+            del sys.modules[name]
+        pkg = types.ModuleType("nsa_policy")
+        pkg.__path__ = [str(ROOT / "nsa_policy")]
+        sys.modules["nsa_policy"] = pkg
+        return importlib.import_module("nsa_policy.runtime"), f"policy package not importable ({exc!r})"
+
+
+def environment() -> dict:
+    import torch
+
+    env = {
+        "measured_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+    }
+    for mod in ("triton", "flashinfer"):
+        try:
+            env[mod] = importlib.import_module(mod).__version__
+        except Exception as exc:
+            env[mod] = f"unavailable: {exc!r}"
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        env.update(device=p.name, capability=f"{p.major}.{p.minor}", sms=p.multi_processor_count,
+                   memory_gib=round(p.total_memory / 2 ** 30, 1))
+    return env
+
+
+def sparse_topk(num_tokens: int, k: int, row_len: int, minus_one_fraction: float, device, gen=None,
+                dtype=None):
+    """[T, K] positions uniform in [0, row_len), a fraction of each row's entries set to −1."""
+    import torch
+
+    dtype = dtype or torch.int32
+    topk = torch.randint(0, row_len, (num_tokens, k), device=device, dtype=torch.int64, generator=gen)
+    drop = torch.rand(num_tokens, k, device=device, generator=gen) < minus_one_fraction
+    return topk.masked_fill_(drop, -1).to(dtype)
+
+
+def sglang_prefill_transform(page_table, topk_indices, extend_lens_cpu):
+    """sglang 0.5.10's prefill transform algorithm (re-implemented): a Python loop over requests,
+    one torch gather per request on the request's page-table row, then −1 where topk < 0."""
+    import torch
+
+    result = torch.empty_like(topk_indices, dtype=torch.int32)
+    offset = 0
+    for i, n in enumerate(extend_lens_cpu):
+        rows = topk_indices[offset: offset + n]
+        out = result[offset: offset + n]
+        torch.gather(page_table[i].unsqueeze(0).expand(n, -1).to(torch.int32), 1,
+                     rows.clamp(min=0).to(torch.int64), out=out)
+        out[rows < 0] = -1
+        offset += n
+    return result
+
+
+def decision(**kw):
+    """A duck-typed decision (what SparseMLAAdapter.from_decision reads)."""
+    base = dict(applies=True, device_class="sm90", kv_cache_dtype="bfloat16",
+                kv_cache_layout="bf16-576", prefill_backend="fa3", decode_backend="fa3",
+                page_size=64, index_topk=2048, dense_attn_kv_len_threshold=2048,
+                heads_per_rank=None, runtime=None, errors=[])
+    base.update(kw)
+    return types.SimpleNamespace(**base)
