@@ -164,7 +164,10 @@ def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: b
                     replaced = None
                     if current is not None and current != value:
                         replaced = f"{current!r} ({prov[out].source}: {prov[out].detail})" if out in prov else repr(current)
-                    prov[out] = _provenance("rule", rule.id, replaced)
+                    if isinstance(spec, dict) and str(spec.get("fact", "")).startswith("model."):
+                        prov[out] = _provenance("model", f"{spec['fact']} (rule {rule.id})", replaced)
+                    else:
+                        prov[out] = _provenance("rule", rule.id, replaced)
                     if trace:
                         changed.append(f"{out}={value!r}" + (f" over {current!r}" if replaced else ""))
                     else:

@@ -57,9 +57,9 @@ def render_explain(decision: Decision) -> str:
         if p is None:
             lines.append(f"  {field} = {value!r}: no rule set it")
             continue
-        if p.source == "rule" and p.detail and bundle is not None:
+        if p.source in ("rule", "model") and p.detail and bundle is not None:
             try:
-                rule = bundle.rule(p.detail)
+                rule = bundle.rule(p.detail if p.source == "rule" else p.detail.split("(rule ")[-1].rstrip(")"))
                 lines.append(f"  {field} = {value!r}: rule {rule.id} ({rule.origin}) - {rule.description}"
                              + (f" [evidence: {', '.join(rule.evidence)}]" if rule.evidence else ""))
             except Exception:

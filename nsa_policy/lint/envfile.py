@@ -1,0 +1,74 @@
+"""`.env` files: KEY=VALUE lines (with `export`, quotes, comments and ${VAR} references)."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Optional
+
+from .model import EnvValue, FileScan, Launch
+from .shell import Expander
+from .text import LineIndex
+
+_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.\-]*)\s*=\s*(.*?)\s*$")
+
+
+class EnvSyntaxError(Exception):
+    def __init__(self, line: int, text: str):
+        super().__init__(f"line {line}: expected KEY=VALUE, got {text.strip()[:60]!r}")
+        self.line = line
+
+
+def parse_env(text: str, path: str) -> dict[str, EnvValue]:
+    exp = Expander()
+    env: dict[str, EnvValue] = {}
+    for ln, line in enumerate(text.splitlines(), start=1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            raise EnvSyntaxError(ln, line)
+        key, raw = m.group(1), m.group(2)
+        missing: Optional[str] = None
+        if raw[:1] in "'\"" and raw[-1:] == raw[:1] and len(raw) >= 2:
+            value = raw[1:-1]
+            if raw[0] == '"':
+                value, missing = exp.expand_plain(value)
+        else:
+            value = re.sub(r"\s+#.*$", "", raw)
+            value, missing = exp.expand_plain(value)
+        exp.vars[key] = value
+        env[key] = EnvValue(value, _loc(path, ln, line.index(key) + 1), missing)
+    return env
+
+
+def _loc(path: str, line: int, col: int):
+    from .model import Location
+
+    return Location(path, line, col)
+
+
+@lru_cache(maxsize=256)
+def _read(full: str, display: str) -> tuple:
+    try:
+        with open(full, encoding="utf-8") as fh:
+            return tuple(parse_env(fh.read(), display).items())
+    except (OSError, UnicodeDecodeError, EnvSyntaxError):
+        return ()  # the file itself is linted (and reported) on its own when it is in the linted paths
+
+
+def read_env_file(full: str, display: str) -> dict[str, EnvValue]:
+    return dict(_read(full, display))
+
+
+def scan_env(path: str, text: str, index: LineIndex) -> FileScan:
+    """An env file is an environment-only launch: its threshold variables are checked on their own."""
+    from ..facts import THRESHOLD_ENV_VARS
+
+    env = parse_env(text, path)
+    scan = FileScan(path)
+    relevant = {k: v for k, v in env.items() if k in THRESHOLD_ENV_VARS}
+    if relevant:
+        first = min(relevant.values(), key=lambda e: e.loc.line)
+        scan.launches.append(Launch(path, first.loc, "env", env=env))
+    return scan

@@ -1,0 +1,120 @@
+"""Which sglang server arguments exist: ServingConfig's fields, their aliases, and a curated list.
+
+The curated list is data (rules/lint/sglang-flags.yaml). An unknown argument is reported only
+when it is a typo's reach from a known one; sglang has far more flags than any list here.
+"""
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+import yaml
+
+from ..facts import ServingConfig
+from ..inputs import FIELD_ALIASES
+from ..paths import rules_dir
+
+
+@dataclass(frozen=True)
+class FlagInfo:
+    name: str  # as looked up: kv-cache-dtype
+    canonical: str  # the argument it sets: tp → tp-size, dsa-prefill-backend → nsa-prefill-backend
+    field: Optional[str]  # the ServingConfig field, when the argument bears on DSA
+    takes_value: bool
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def field_kind(field: str) -> str:
+    """bool | int | str, from the ServingConfig annotation."""
+    ann = ServingConfig.model_fields[field].annotation
+    args = typing.get_args(ann) or (ann,)
+    for kind in (bool, int):
+        if kind in args:
+            return kind.__name__
+    return "str"
+
+
+class FlagRegistry:
+    def __init__(self, data: dict):
+        self.dsa_spelling_since: str = str(data["dsa_spelling_since"])
+        self.deprecated: dict[str, str] = dict(data.get("deprecated_spellings") or {})
+        store_true = set(data.get("store_true") or [])
+        valued = set(data.get("valued") or [])
+        aliases: dict[str, str] = dict(data.get("aliases") or {})
+        known: dict[str, FlagInfo] = {}
+        for name in sorted(store_true | valued):
+            known[name] = FlagInfo(name, name, None, name not in store_true)
+        for field in ServingConfig.model_fields:
+            name = _kebab(field)
+            known[name] = FlagInfo(name, name, field, field_kind(field) != "bool")
+        for alias, field in FIELD_ALIASES.items():
+            name = _kebab(alias)
+            known[name] = FlagInfo(name, _kebab(field), field, field_kind(field) != "bool")
+        for alias, target in aliases.items():
+            base = known[target]
+            known[alias] = FlagInfo(alias, base.canonical, base.field, base.takes_value)
+        self.known = known
+        self._by_len: dict[int, list[str]] = {}
+        for name in known:
+            self._by_len.setdefault(len(name), []).append(name)
+
+    def get(self, name: str) -> Optional[FlagInfo]:
+        return self.known.get(_kebab(name.lstrip("-")))
+
+    def near(self, name: str) -> Optional[str]:
+        """The known name a typo away (1 edit up to 6 letters, else 2), or None when nothing is that close."""
+        name = _kebab(name.lstrip("-"))
+        limit = 1 if len(name) <= 6 else 2
+        best, best_d = None, limit + 1
+        for length in range(len(name) - limit, len(name) + limit + 1):
+            for cand in self._by_len.get(length, ()):
+                d = edit_distance(name, cand, best_d + 1)  # exact up to best_d
+                if d < best_d or (d == best_d and best is not None and cand < best):
+                    best, best_d = cand, d
+        return best if best_d <= limit else None
+
+    def is_dsa_key(self, name: str) -> bool:
+        """A key that only sglang server arguments use (marks a mapping as a server configuration)."""
+        info = self.get(name)
+        return info is not None and info.field is not None and info.field not in ("model_path", "quantization")
+
+
+def edit_distance(a: str, b: str, cap: int) -> int:
+    """Optimal-string-alignment distance (a transposition counts as one edit), stopping early at cap."""
+    if a == b:
+        return 0
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        row_min = i
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                v = min(v, prev2[j - 2] + 1)
+            cur[j] = v
+            row_min = min(row_min, v)
+        if row_min >= cap:
+            return cap
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+@lru_cache(maxsize=1)
+def load_flags() -> FlagRegistry:
+    with open(rules_dir() / "lint" / "sglang-flags.yaml", encoding="utf-8") as fh:
+        return FlagRegistry(yaml.safe_load(fh))
+
+
+@lru_cache(maxsize=1)
+def known_non_dsa_models() -> dict[str, str]:
+    """Model id → architecture, for the non-DSA models lint recognises."""
+    with open(rules_dir() / "lint" / "known-models.yaml", encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    return {mid: spec["architecture"] for mid, spec in (data.get("models") or {}).items()}

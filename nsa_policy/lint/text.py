@@ -1,0 +1,56 @@
+"""Offsets to line:column, and the `nsa-policy: key=value` hints a file may carry in comments."""
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+
+from .model import Hint, Location
+
+HINT_KEYS = ("device", "model", "policy", "sglang")
+_HINT = re.compile(r"nsa-policy:\s*(.*)")
+_PAIR = re.compile(r"([A-Za-z_-]+)\s*=\s*([^\s,;'\"]+)")
+_IMAGE = re.compile(r"sglang:v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)")
+_PIN = re.compile(r"\bsglang(?:\[[^\]]*\])?==(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)")
+
+
+class LineIndex:
+    """Absolute character offset ↔ 1-based line and column."""
+
+    def __init__(self, text: str):
+        self.text = text
+        starts = [0]
+        find = text.find
+        pos = find("\n")
+        while pos != -1:
+            starts.append(pos + 1)
+            pos = find("\n", pos + 1)
+        self.starts = starts
+
+    def loc(self, path: str, offset: int) -> Location:
+        i = bisect_right(self.starts, offset) - 1
+        return Location(path, i + 1, offset - self.starts[i] + 1)
+
+    def offset(self, line: int, col: int) -> int:
+        """From 1-based line and column."""
+        return self.starts[line - 1] + col - 1
+
+
+def comment_hints(text: str, index: LineIndex, path: str) -> tuple[list[Hint], list[tuple[str, str, Location]]]:
+    """Hints from `nsa-policy: device=b200 model=… policy=… sglang=…` anywhere in the text, and the
+    version of sglang the file targets from an image tag or a pip pin. Returns (hints, bad keys)."""
+    hints: list[Hint] = []
+    bad: list[tuple[str, str, Location]] = []
+    if "nsa-policy:" in text:
+        for m in _HINT.finditer(text):
+            for pm in _PAIR.finditer(m.group(1)):
+                key, value = pm.group(1).lower(), pm.group(2)
+                loc = index.loc(path, m.start(1) + pm.start())
+                if key in HINT_KEYS:
+                    hints.append(Hint(key, value, loc, "comment"))
+                else:
+                    bad.append((key, value, loc))
+    if "sglang" in text:
+        for rx, source in ((_IMAGE, "image tag"), (_PIN, "pip pin")):
+            for m in rx.finditer(text):
+                hints.append(Hint("sglang", m.group(1), index.loc(path, m.start()), source))
+    return hints, bad

@@ -1,0 +1,383 @@
+"""The enumerated input space a bundle is checked over.
+
+The space is a union of blocks; each block is a full product of dimensions, so "exhaustive" means
+every combination inside each block. One big product (devices × models × KV dtypes × backend pairs
+× shapes × HiSparse × thresholds × extras) is ~10^6 inputs; the blocks keep every interaction the
+rules can have while staying ~7·10^4 inputs per bundle:
+
+- ``backends``: device × model × KV dtype × prefill choice × decode choice × DP/TP shape × HiSparse —
+  everything the kv_cache, backends, page_size, layout and validate stages read.
+- ``threshold``: device × model × KV dtype × prefill choice × threshold setting × shape — what the
+  threshold stage reads (an explicit trtllm prefill drove sglang's 128k override).
+- ``input``: malformed inputs (unknown KV dtype, unknown backend names, shapes that do not divide)
+  crossed with the backend choices the input stage reads.
+- ``extras``: device × model × KV dtype × prefill choice × {page sizes, modelopt_fp4 with DP,
+  installed flashinfer versions}.
+- ``not_dsa``: a model without DSA, with and without DSA flags.
+
+Index 0 of every dimension is its baseline (unset / off / tp1), so a point's *complexity* — how many
+dimensions are off baseline — picks the minimal example of a finding.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Optional, Sequence
+
+from ..catalog import Catalog, load_catalog
+from ..facts import THRESHOLD_ENV_VARS, Environment, Facts, ServingConfig, derive
+
+INVALID_KV = "fp8_e5m2"
+INVALID_BACKEND = "flashmla-kv"  # a typo of a real name, so the "did you mean" path runs too
+NON_DSA_ARCH = "Qwen3MoeForCausalLM"
+
+
+@dataclass(frozen=True)
+class Value:
+    """One value of a dimension and what it contributes to an input."""
+
+    label: str
+    config: tuple[tuple[str, Any], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    packages: tuple[tuple[str, str], ...] = ()
+    device: Optional[str] = None
+    model: Optional[str] = None  # catalog id
+    arch: Optional[tuple[str, Optional[int], Optional[int]]] = None  # (architecture, index_topk, heads)
+
+
+@dataclass(frozen=True)
+class Dim:
+    name: str
+    values: tuple[Value, ...]
+    counts_for_size: bool = True  # device/model are not "settings": they do not add to complexity
+
+    def labels(self) -> list[str]:
+        return [v.label for v in self.values]
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    dims: tuple[Dim, ...]
+
+    @cached_property
+    def size(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= len(d.values)
+        return n
+
+    @cached_property
+    def strides(self) -> tuple[int, ...]:
+        out, s = [], 1
+        for d in reversed(self.dims):
+            out.append(s)
+            s *= len(d.values)
+        return tuple(reversed(out))
+
+    def digits(self, local: int) -> tuple[int, ...]:
+        return tuple((local // s) % len(d.values) for d, s in zip(self.dims, self.strides))
+
+    def local(self, digits: Sequence[int]) -> int:
+        return sum(i * s for i, s in zip(digits, self.strides))
+
+    def dim_index(self, name: str) -> Optional[int]:
+        return next((i for i, d in enumerate(self.dims) if d.name == name), None)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One input of the space: where it sits, and the values it is made of."""
+
+    index: int
+    block: Block
+    digits: tuple[int, ...]
+
+    @property
+    def values(self) -> tuple[Value, ...]:
+        return tuple(d.values[i] for d, i in zip(self.block.dims, self.digits))
+
+    @property
+    def complexity(self) -> int:
+        return sum(1 for d, i in zip(self.block.dims, self.digits) if i and d.counts_for_size)
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        return (self.complexity, self.index)
+
+    def region(self) -> dict[str, str]:
+        return {d.name: d.values[i].label for d, i in zip(self.block.dims, self.digits)}
+
+    def parts(self) -> tuple[str, dict, dict, dict, Any]:
+        """(device, config mapping, env, packages, model) as the library takes them."""
+        device, model, config, env, packages = None, None, {}, {}, {}
+        for v in self.values:
+            device = v.device or device
+            if v.model:
+                model = v.model
+            if v.arch:
+                arch, topk, heads = v.arch
+                model = {"architectures": [arch]}
+                if topk is not None:
+                    model["index_topk"] = topk
+                if heads is not None:
+                    model["num_attention_heads"] = heads
+            config.update(v.config)
+            env.update(v.env)
+            packages.update(v.packages)
+        return device, config, env, packages, model
+
+    def as_input(self) -> dict:
+        """A case-file style mapping: device, model (or arch), config fields, env:VAR, package:NAME."""
+        device, config, env, packages, model = self.parts()
+        out: dict[str, Any] = {"device": device}
+        if isinstance(model, dict):
+            out["arch"] = model["architectures"][0]
+            out.update({k: v for k, v in model.items() if k != "architectures"})
+        else:
+            out["model"] = model
+        out.update(config)
+        out.update({f"env:{k}": v for k, v in env.items()})
+        out.update({f"package:{k}": v for k, v in packages.items()})
+        return out
+
+    def command(self, policy: Optional[str] = None) -> str:
+        """The `nsa-policy resolve` command line that reproduces this input."""
+        device, config, env, packages, model = self.parts()
+        words = [f"{k}={v}" for k, v in env.items()] + ["nsa-policy", "resolve", "--device", device]
+        if isinstance(model, dict):
+            words += ["--arch", model["architectures"][0]]
+            if "index_topk" in model:
+                words += ["--index-topk", str(model["index_topk"])]
+            if "num_attention_heads" in model:
+                words += ["--num-attention-heads", str(model["num_attention_heads"])]
+        else:
+            words += ["--model", model]
+        for key, value in config.items():
+            flag = "--" + key.replace("_", "-")
+            if value is True:
+                words.append(flag)
+            else:
+                words += [flag, str(value)]
+        for dist, version in packages.items():
+            words += ["--package", f"{dist}={version}"]
+        if policy:
+            words += ["--policy", policy]
+        return " ".join(shlex.quote(w) for w in words)
+
+
+@dataclass
+class Space:
+    blocks: tuple[Block, ...]
+    description: str = ""
+    _offsets: list[int] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        off = 0
+        for b in self.blocks:
+            self._offsets.append(off)
+            off += b.size
+        self.size = off
+
+    def __len__(self) -> int:
+        return self.size
+
+    def offset(self, block: Block) -> int:
+        return self._offsets[self.blocks.index(block)]
+
+    def point(self, index: int) -> Point:
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        for b, off in zip(reversed(self.blocks), reversed(self._offsets)):
+            if index >= off:
+                return Point(index, b, b.digits(index - off))
+        raise IndexError(index)  # pragma: no cover
+
+    def points(self, start: int = 0, stop: Optional[int] = None) -> Iterable[Point]:
+        stop = self.size if stop is None else stop
+        for i in range(start, stop):
+            yield self.point(i)
+
+    def neighbours(self, point: Point, dims: Iterable[str]) -> list[int]:
+        """Indices of the points that differ from `point` only in the named dimensions (itself excluded)."""
+        block = point.block
+        free = sorted({i for i in (block.dim_index(d) for d in dims) if i is not None})
+        if not free:
+            return []
+        off = self.offset(block)
+        out = [()]
+        for i in free:
+            out = [prefix + (v,) for prefix in out for v in range(len(block.dims[i].values))]
+        result = []
+        for combo in out:
+            digits = list(point.digits)
+            for i, v in zip(free, combo):
+                digits[i] = v
+            idx = off + block.local(digits)
+            if idx != point.index:
+                result.append(idx)
+        return result
+
+    def summary(self) -> list[dict]:
+        return [{"block": b.name, "inputs": b.size,
+                 "dimensions": {d.name: d.labels() for d in b.dims}} for b in self.blocks]
+
+
+# ---------------------------------------------------------------- the standard space
+
+def _cfg(label: str, **config: Any) -> Value:
+    return Value(label=label, config=tuple(config.items()))
+
+
+def _named_model_ids(bundles: Iterable[Any]) -> list[str]:
+    """Catalog model ids that some rule names in a `model.id` condition (they must be in the space)."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, val in node.items():
+                if key == "model.id":
+                    lits = val if not isinstance(val, dict) else (val.get("in") or val.get("eq") or val.get("ne")
+                                                                  or val.get("not_in") or [])
+                    for lit in (lits if isinstance(lits, list) else [lits]):
+                        if isinstance(lit, str) and lit not in found:
+                            found.append(lit)
+                walk(val)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for bundle in bundles:
+        for rule in bundle.rules:
+            walk(rule.spec.when)
+    return found
+
+
+def representative_models(catalog: Catalog, bundles: Iterable[Any] = ()) -> list[str]:
+    """One catalog model per DSA family: the first one a rule names, else the family's first."""
+    named = _named_model_ids(bundles)
+    out = []
+    for family in catalog.model_doc.families:
+        ids = [m for m in catalog.model_ids if catalog.model(m).family == family]
+        if not ids:
+            continue  # a family with no released checkpoint in the catalog
+        pick = next((m for m in named if m in ids), ids[0])
+        out.append(pick)
+    return out
+
+
+SHAPES = (
+    _cfg("tp1"),
+    _cfg("tp8", tp_size=8),
+    _cfg("tp8 dp8 dp-attention", tp_size=8, dp_size=8, enable_dp_attention=True),
+)
+BAD_SHAPES = (
+    _cfg("tp1"),
+    _cfg("tp6", tp_size=6),
+    _cfg("tp8 dp3 dp-attention", tp_size=8, dp_size=3, enable_dp_attention=True),
+)
+HISPARSE = (
+    _cfg("off"),
+    _cfg("on, radix cache on", enable_hisparse=True),
+    _cfg("on, radix cache off", enable_hisparse=True, disable_radix_cache=True),
+)
+
+
+def _thresholds(topk: int) -> tuple[Value, ...]:
+    env_var = THRESHOLD_ENV_VARS[0]
+    return (
+        _cfg(f"{topk // 2} (flag)", dense_attn_kv_len_threshold=topk // 2),
+        _cfg(f"{topk * 2} (flag)", dense_attn_kv_len_threshold=topk * 2),
+        _cfg("131072 (flag)", dense_attn_kv_len_threshold=131072),
+        Value(label="131072 (env)", env=((env_var, "131072"),)),
+    )
+
+
+EXTRAS = (
+    _cfg("page_size 1", page_size=1),
+    _cfg("page_size 64", page_size=64),
+    _cfg("page_size 16", page_size=16),
+    _cfg("modelopt_fp4, tp8 dp8 dp-attention", quantization="modelopt_fp4", tp_size=8, dp_size=8,
+         enable_dp_attention=True),
+    Value(label="flashinfer-python 0.6.7", packages=(("flashinfer-python", "0.6.7"),)),
+    Value(label="flashinfer-python 0.6.14", packages=(("flashinfer-python", "0.6.14"),)),
+)
+
+
+def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = None) -> Space:
+    """The space `check` and `diff` enumerate. `bundles` only decide which catalog model stands for a family."""
+    catalog = catalog or load_catalog()
+    device = Dim("device", tuple(Value(label=c, device=c) for c in catalog.device_doc.classes), counts_for_size=False)
+    models = representative_models(catalog, list(bundles))
+    model = Dim("model", tuple(Value(label=m, model=m) for m in models), counts_for_size=False)
+    topk = min((catalog.model(m).index_topk or 2048) for m in models) if models else 2048
+    kv3 = Dim("kv_cache_dtype", (_cfg("auto"), _cfg("bfloat16", kv_cache_dtype="bfloat16"),
+                                 _cfg("fp8_e4m3", kv_cache_dtype="fp8_e4m3")))
+    kv4 = Dim("kv_cache_dtype", kv3.values + (_cfg(INVALID_KV, kv_cache_dtype=INVALID_KV),))
+    names = catalog.backend_names
+
+    def side(phase: str, choices: Sequence[Optional[str]]) -> Dim:
+        key = f"nsa_{phase}_backend"
+        return Dim(phase, tuple(_cfg("unset") if c is None else _cfg(c, **{key: c}) for c in choices))
+
+    all_choices = [None] + names
+    bad_choices = [None, "trtllm", INVALID_BACKEND]
+    blocks = (
+        Block("backends", (device, model, kv3, side("prefill", all_choices), side("decode", all_choices),
+                           Dim("parallel", SHAPES), Dim("hisparse", HISPARSE))),
+        Block("threshold", (device, model, kv3, side("prefill", all_choices),
+                            Dim("threshold", _thresholds(topk)), Dim("parallel", (SHAPES[0], SHAPES[2])))),
+        Block("input", (device, model, kv4, side("prefill", bad_choices), side("decode", bad_choices),
+                        Dim("parallel", BAD_SHAPES))),
+        Block("extras", (device, model, kv3, side("prefill", all_choices), Dim("extra", EXTRAS))),
+        Block("not_dsa", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
+                                      counts_for_size=False),
+                          Dim("kv_cache_dtype", (kv4.values[0], kv4.values[3])),
+                          side("prefill", [None, names[0]]), Dim("hisparse", HISPARSE[:3:2]),
+                          Dim("threshold", (_cfg("unset"), _thresholds(topk)[0])))),
+    )
+    return Space(blocks, description="device classes × one catalog model per DSA family × KV dtypes × "
+                                     "backend choices × shapes × HiSparse × thresholds × extras")
+
+
+# ---------------------------------------------------------------- points → facts (cached: many points share parts)
+
+class FactsBuilder:
+    """Builds Facts for points quickly: devices, models, configs and environments are reused."""
+
+    def __init__(self, catalog: Optional[Catalog] = None):
+        self.catalog = catalog or load_catalog()
+        self._configs: dict = {}
+        self._envs: dict = {}
+        self._models: dict = {}
+        self._derived: dict = {}
+
+    def model(self, model: Any):
+        key = model if isinstance(model, str) else repr(sorted(model.items()))
+        hit = self._models.get(key)
+        if hit is None:
+            hit = (self.catalog.model(model) if isinstance(model, str)
+                   else self.catalog.model_from_config(model, source="space"))
+            self._models[key] = hit
+        return hit
+
+    def facts(self, point: Point) -> Facts:
+        device, config, env, packages, model = point.parts()
+        ckey = tuple(config.items())
+        cfg = self._configs.get(ckey)
+        if cfg is None:
+            cfg = self._configs[ckey] = ServingConfig(**config)
+        ekey = (tuple(env.items()), tuple(packages.items()))
+        environment = self._envs.get(ekey)
+        if environment is None:
+            from ..inputs import environment_from
+
+            environment = self._envs[ekey] = environment_from(env, packages)
+        mdl = self.model(model)
+        dkey = (id(mdl), ckey)
+        derived = self._derived.get(dkey)
+        if derived is None:
+            derived = self._derived[dkey] = derive(mdl, cfg)
+        return Facts.model_construct(device=self.catalog.device(device), model=mdl, config=cfg, env=environment,
+                                     derived=derived)
