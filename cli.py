@@ -57,7 +57,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 @app.command()
 def resolve(
-    device: str = typer.Option("auto", "--device", help="Catalog name (h200, b200…), capability spec (sm90…) or auto (NVML)."),
+    device: str = typer.Option("auto", "--device", help="Catalog name (h200, b200…), capability spec (sm90…) or auto (NVML). "
+                               "A comma list (h200,b200) checks a mixed fleet: does one decision serve every device?"),
     model: Optional[str] = typer.Option(None, "--model", "--model-path", help="Catalog model id, local directory or config.json."),
     arch: Optional[str] = typer.Option(None, "--arch", help="Architecture name, instead of --model."),
     index_topk: Optional[int] = typer.Option(None, "--index-topk", help="index_topk, with --arch."),
@@ -82,8 +83,9 @@ def resolve(
     policy: str = typer.Option("default", "--policy", help="Bundle name or rule folder."),
     as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object (the decision)."),
     explain: bool = typer.Option(False, "--explain", help="Say why for every output and every alternative passed over."),
+    log_decisions: Optional[str] = typer.Option(None, "--log-decisions", help="Append each decision as one JSON line to this file (docs/decision-log.md)."),
 ) -> None:
-    """Resolve the DSA serving decision for a device and model."""
+    """Resolve the DSA serving decision for a device and model (or a mixed fleet: --device h200,b200)."""
     from nsa_policy.api import build_facts, decide
 
     config = {
@@ -96,11 +98,19 @@ def resolve(
         "speculative_num_draft_tokens": speculative_num_draft_tokens,
         "model_path": model,
     }
+    config = {k: v for k, v in config.items() if v is not None}
+    if "," in device:
+        _resolve_fleet(config, device, model_argument, (model, arch, index_topk, num_attention_heads), package,
+                       policy, as_json, explain, log_decisions)
     try:
-        facts = build_facts({k: v for k, v in config.items() if v is not None}, device=device,
+        facts = build_facts(config, device=device,
                             model=model_argument(model, arch, index_topk, num_attention_heads) or None,
                             env=os.environ, packages=parse_packages(package))
         decision = decide(facts, policy)
+        if log_decisions:
+            from nsa_policy.decision_log import append_decision
+
+            append_decision(log_decisions, decision, origin="cli.resolve")
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
         raise fail_usage(exc, as_json)
     if as_json:
@@ -110,6 +120,33 @@ def resolve(
 
         print(render_explain(decision) if explain else render_table(decision))
     raise typer.Exit(EXIT_REJECTED if decision.errors else EXIT_OK)
+
+
+def _resolve_fleet(config, devices, model_argument, model_args, package, policy, as_json, explain, log_decisions):
+    """`resolve --device h200,b200`: one decision per device, and whether one serves them all (exit 1 if not)."""
+    from nsa_policy.fleet import parse_device_list, resolve_fleet
+
+    try:
+        report = resolve_fleet(config, parse_device_list(devices), model=model_argument(*model_args) or None,
+                               policy=policy, env=os.environ, packages=parse_packages(package))
+        if log_decisions:
+            from nsa_policy.decision_log import append_decision
+
+            for name in report.devices:
+                append_decision(log_decisions, report.decisions[name], origin="cli.resolve",
+                                context={"fleet": list(report.devices), "agrees": report.agrees})
+    except (NsaPolicyError, DeviceDiscoveryError) as exc:
+        raise fail_usage(exc, as_json)
+    if as_json:
+        print(json.dumps(report.model_dump(mode="json")))
+    else:
+        from nsa_policy.render import render_explain, render_table
+
+        for name in report.devices:
+            print(render_explain(report.decisions[name]) if explain else render_table(report.decisions[name]))
+            print()
+        print("\n".join(report.summary_lines()))
+    raise typer.Exit(EXIT_OK if report.agrees else EXIT_REJECTED)
 
 
 @app.command()

@@ -99,8 +99,8 @@ def disagreement_message(records: list[RankDecision]) -> str:
         lines.append("  policies differ too: " + "; ".join(
             f"{name} ({digest}) on {_ranks([r.rank for r in records if (r.policy, r.policy_digest) == (name, digest)])}"
             for name, digest in sorted(policies)))
-    classes = sorted({r.device_class for r in records})
-    lines.append(f"  check offline with: nsa-policy resolve --device {','.join(classes)} …; "
+    names = list(dict.fromkeys(r.device for r in records))  # rank order, each once
+    lines.append(f"  check offline with: nsa-policy resolve --device {','.join(names)} …; "
                  "serve one device class per deployment, or set the differing fields explicitly to values valid on every device")
     return "\n".join(lines)
 

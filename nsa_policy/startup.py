@@ -52,6 +52,8 @@ UNSET_VALUES: dict[str, tuple[Any, ...]] = {"kv_cache_dtype": (None, "auto")}
 SAME_VALUE = {"bf16": "bfloat16"}  # sglang's alias: an explicit bf16 agrees with a decided bfloat16
 DSA_SPELLING_MARKERS = ("dsa_prefill_backend", "dsa_decode_backend", "dsa_prefill_dense_attn_kv_len_threshold")
 NSA_ENV, DSA_ENV = THRESHOLD_ENV_VARS
+# sglang's parser stores --tp-size/--dp-size as these; ServerArgs.from_cli_args copies them over later.
+PARSER_DESTS = {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size"}
 
 
 class StartupRejected(PolicyError):
@@ -103,7 +105,11 @@ class _Args:
 
     def serving_config(self) -> dict[str, Any]:
         names = list(CONFIG_FIELDS) + [a for a in FIELD_ALIASES if len(a) > 2]  # 'tp'/'dp' may mean other things
-        return {n: self.get(n) for n in names if self.has(n) and self.get(n) is not None}
+        values = {n: self.get(n) for n in names if self.has(n) and self.get(n) is not None}
+        for dest, field in PARSER_DESTS.items():
+            if field not in values and self.get(dest) is not None:
+                values[field] = self.get(dest)
+        return values
 
     def uses_dsa_spelling(self) -> bool:
         return any(self.has(n) for n in DSA_SPELLING_MARKERS)
