@@ -74,7 +74,7 @@ ROWS = [
     ("sglang-pre-21783", "b200", DS, {"kv_cache_dtype": "fp8_e4m3", "nsa_prefill_backend": "flashmla_kv"}, {}, None, dict(prefill_backend="trtllm"), {"NSA302", "NSA307"}),
     ("sglang-pre-21783", "h200", DS, {"nsa_prefill_backend": "trtllm", "kv_cache_dtype": "bfloat16"}, {}, None, dict(dense_attn_kv_len_threshold=131072), {"NSA306", "NSA305"}),
     ("sglang-pre-21783", "b200", GLM, {"nsa_prefill_backend": "trtllm", "kv_cache_dtype": "bfloat16"}, {}, None, dict(dense_attn_kv_len_threshold=0), {"NSA306"}),
-    ("sglang-pre-21783", "b200", DS, {"enable_hisparse": True, "kv_cache_dtype": "bfloat16"}, {}, None, dict(prefill_backend="flashmla_sparse", decode_backend="trtllm"), {"NSA309"}),
+    ("sglang-pre-21783", "b200", DS, {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3"}, {}, None, dict(prefill_backend="flashmla_sparse", decode_backend="flashmla_sparse"), {"NSA309"}),
 ]
 
 # Rules every bundle inherits from `base`: each row runs under every shipped bundle.
