@@ -28,8 +28,10 @@ _LAUNCH_KEYS = ("command", "args", "entrypoint")
 
 
 class Structured:
-    def __init__(self, path: str, text: str, index: LineIndex, base_dir: Optional[str], kind: str):
+    def __init__(self, path: str, text: str, index: LineIndex, base_dir: Optional[str], kind: str,
+                 dotenv: Optional[dict[str, EnvValue]] = None):
         self.path, self.text, self.index, self.base_dir, self.kind = path, text, index, base_dir, kind
+        self.dotenv_vars = {k: v.value for k, v in (dotenv or {}).items()}
         self.reg = load_flags()
         self.consumed: set[int] = set()
         self.bad_hints: list[tuple[str, str, Location]] = []
@@ -54,7 +56,7 @@ class Structured:
                     la.env = {**doc_env, **la.env}
                     launches.append(la)
             elif node.kind == "scalar" and isinstance(node.value, str) and mentions_launch(node.value):
-                for la in self.shell_scalar(node, ShellState(Expander(), dict(doc_env))):
+                for la in self.shell_scalar(node, ShellState(Expander(self.dotenv_vars), dict(doc_env))):
                     launches.append(la)
             elif node.kind == "map":
                 la = self.config(node)
@@ -180,7 +182,7 @@ class Structured:
         if not any(p is not None and _mentions(p) for p in parts):
             return []
         file_env = self.env_files(node.get("env_file"))
-        exp = Expander({k: v.value for k, v in file_env.items()})
+        exp = Expander({**self.dotenv_vars, **{k: v.value for k, v in file_env.items()}})
         env = {**file_env, **self.env_of(node.get("env")), **self.env_of(node.get("environment"), exp)}
         k8s_vars = {k: v.value for k, v in env.items()}
         tokens: list[tuple[str, Location, Optional[str]]] = []

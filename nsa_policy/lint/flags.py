@@ -17,6 +17,10 @@ from ..inputs import FIELD_ALIASES
 from ..paths import rules_dir
 
 
+_DSA_FIELDS = frozenset({"kv_cache_dtype", "nsa_prefill_backend", "nsa_decode_backend", "enable_hisparse",
+                         "dense_attn_kv_len_threshold"})
+
+
 @dataclass(frozen=True)
 class FlagInfo:
     name: str  # as looked up: kv-cache-dtype
@@ -79,9 +83,9 @@ class FlagRegistry:
         return best if best_d <= limit else None
 
     def is_dsa_key(self, name: str) -> bool:
-        """A key that only sglang server arguments use (marks a mapping as a server configuration)."""
+        """A key only an sglang DSA configuration uses (marks a mapping or a list as server arguments)."""
         info = self.get(name)
-        return info is not None and info.field is not None and info.field not in ("model_path", "quantization")
+        return info is not None and info.field in _DSA_FIELDS
 
 
 def edit_distance(a: str, b: str, cap: int) -> int:

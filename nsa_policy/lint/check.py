@@ -1,0 +1,364 @@
+"""Check one launch: lint's own checks on the arguments, then the policy's decision on the same
+inputs the resolver takes, each finding placed at the flag or key it is about."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Optional
+
+from ..api import build_facts, decide
+from ..bundle import CompiledBundle, get_bundle
+from ..catalog import Catalog, load_catalog, version_ge
+from ..codes import load_codes
+from ..decision import Finding
+from ..errors import InputError, closest
+from ..facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts
+from .flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
+from .model import Arg, Diagnostic, Hint, Launch, Location
+
+_DEVICE_FACTS = ("device.", "cap.", "out.", "pad.", "req.", "pkg.")
+_MODEL_FACTS = ("model.", "out.", "pad.", "req.", "cap.")
+_MODEL_DERIVED = ("derived.heads_per_rank", "derived.heads_divisible")
+# Stand-ins for an unknown device or model; only findings that read neither are kept from them.
+_PLACEHOLDER_DEVICE = "sm90"
+_PLACEHOLDER_MODEL = "deepseek-ai/DeepSeek-V3.2"
+
+
+@dataclass(frozen=True)
+class Needs:
+    device: bool
+    model: bool
+
+
+@lru_cache(maxsize=16)
+def rule_needs(policy: str) -> dict[str, Needs]:
+    """For each emitting rule of a bundle: does its verdict depend on the device, on the model?"""
+    bundle = get_bundle(policy)
+    out = {}
+    for rule in bundle.rules:
+        if not rule.emit:
+            continue
+        facts = set(rule.reads) | {p[0] for p in rule.message_parts if isinstance(p, tuple)}
+        if rule.emit.suggest:
+            facts.add(rule.emit.suggest)
+        alt = next(iter(rule.emit.alternatives or {}), None)
+        dev = any(f.startswith(_DEVICE_FACTS) for f in facts) or alt in ("backends", "kv_dtypes", "device_classes")
+        mdl = any(f.startswith(_MODEL_FACTS) or f in _MODEL_DERIVED for f in facts) or rule.stage == "not_dsa" \
+            or alt in ("backends", "kv_dtypes", "device_classes")
+        if bundle.compat and any(f.startswith("prov.") for f in facts):
+            dev = mdl = True  # compat rules may overwrite outputs, so provenance depends on both
+        out[rule.id] = Needs(dev, mdl)
+    return out
+
+
+def skipped_codes(policy: str, *, device: bool, model: bool) -> list[str]:
+    needs = rule_needs(policy)
+    bundle = get_bundle(policy)
+    codes = {r.emit.code for r in bundle.rules if r.emit and r.id in needs
+             and ((device and needs[r.id].device) or (model and needs[r.id].model))}
+    return sorted(codes)
+
+
+@dataclass
+class LintOptions:
+    device: Optional[str] = None  # --device: overrides what files say
+    policy: str = "default"
+
+
+class Checker:
+    def __init__(self, opts: LintOptions):
+        self.opts = opts
+        self.catalog: Catalog = load_catalog()
+        self.codes = load_codes()
+        self.reg = load_flags()
+        self.bundle: CompiledBundle = get_bundle(opts.policy)  # InputError: usage error
+        self.cli_device: Optional[DeviceFacts] = self.catalog.device(opts.device, "--device") if opts.device else None
+
+    def diag(self, code: str, message: str, loc: Location, *, alternatives=(), rule=None, fix=None) -> Diagnostic:
+        doc = self.codes.codes[code]
+        return Diagnostic(code, doc.level, message, loc, fix if fix is not None else doc.fix, tuple(alternatives), rule)
+
+    # --------------------------------------------------------------------------------------
+    def check(self, launch: Launch) -> list[Diagnostic]:
+        out: list[Diagnostic] = []
+        policy = self._policy(launch, out)
+        newer = self._targets_dsa_spelling(launch)
+        by_field: dict[str, list[Arg]] = {}
+        by_canonical: dict[str, list[tuple[Arg, FlagInfo]]] = {}
+        for arg in launch.args:
+            info = self.reg.get(arg.spelling)
+            if info is None:
+                near = self.reg.near(arg.spelling)
+                if near:
+                    shown = ("--" + near) if arg.style == "flag" else _like(near, arg.spelling)
+                    out.append(self.diag("NSA401", f"unknown server argument {arg.spelling!r}; did you mean {shown!r}?",
+                                         arg.loc, alternatives=(shown,), fix=f"Use {shown}."))
+                continue
+            if newer and arg.name in self.reg.deprecated:
+                new = self.reg.deprecated[arg.name]
+                shown = ("--" + new) if arg.style == "flag" else _like(new, arg.spelling)
+                out.append(self.diag("NSA402", f"{arg.spelling} is the old NSA spelling; this file targets sglang "
+                                               f">= {self.reg.dsa_spelling_since} ({newer}), which spells it {shown}",
+                                     arg.loc, alternatives=(shown,), fix=f"Use {shown}."))
+            by_canonical.setdefault(info.canonical, []).append((arg, info))
+            if info.field:
+                by_field.setdefault(info.field, []).append(arg)
+        for canonical, seen in by_canonical.items():
+            first = seen[0][0]
+            for arg, _ in seen[1:]:
+                if _norm(arg.value) != _norm(first.value):
+                    out.append(self.diag(
+                        "NSA403", f"{arg.spelling} {_show(arg.value)} conflicts with {first.spelling} {_show(first.value)} "
+                                  f"at line {first.loc.line}; sglang keeps the last one silently", arg.loc,
+                        fix=f"Keep one: remove line {first.loc.line} or line {arg.loc.line}."))
+        config = self._config(by_field, out)
+        env = self._env(launch, newer, out)
+        model, model_loc = self._model(launch, by_field, out)
+        devices = self._devices(launch, out)
+        if not devices:
+            out.append(self.diag("NSA405", "no device known for this launch: device-dependent checks ("
+                                 + ", ".join(skipped_codes(policy, device=True, model=False))
+                                 + ") were skipped; add --device NAME, a nodeSelector on nvidia.com/gpu.product, "
+                                   "or a comment 'nsa-policy: device=NAME'", launch.loc))
+        out += self._policy_findings(launch, policy, config, env, model, devices, by_field)
+        return out
+
+    # inputs --------------------------------------------------------------------------------------
+    def _policy(self, launch: Launch, out: list) -> str:
+        policy = self.opts.policy
+        for h in launch.hints:
+            if h.key == "policy":
+                try:
+                    get_bundle(h.value)
+                    policy = h.value
+                except InputError as exc:
+                    out.append(self.diag("NSA407", f"{h.source}: policy {h.value!r} is not a bundle: {exc}", h.loc,
+                                         alternatives=tuple(exc.valid)))
+        return policy
+
+    def _targets_dsa_spelling(self, launch: Launch) -> Optional[str]:
+        """Why this launch targets an sglang that spells DSA flags --dsa-* (None when it does not)."""
+        since = self.reg.dsa_spelling_since
+        for h in launch.hints:
+            if h.key == "sglang" and version_ge(h.value, since):
+                return f"sglang {h.value} from {h.source} at line {h.loc.line}"
+        for arg in launch.args:
+            if arg.name.startswith("dsa-"):
+                return f"{arg.spelling} at line {arg.loc.line}"
+        for name, ev in launch.env.items():
+            if name.startswith("SGLANG_DSA_"):
+                return f"{name} at line {ev.loc.line}"
+        return None
+
+    def _config(self, by_field: dict[str, list[Arg]], out: list) -> dict[str, Any]:
+        config: dict[str, Any] = {}
+        where: dict[str, Arg] = {}
+        for field, args in by_field.items():
+            arg = args[-1]  # argparse keeps the last
+            if arg.unresolved:
+                out.append(self.diag("NSA409", f"{arg.spelling} depends on {arg.unresolved}, which this file does not "
+                                               f"set; checks on this argument were skipped", arg.loc))
+                continue
+            value, problem = _convert(field, arg.value)
+            if problem:
+                out.append(self.diag("NSA406", f"{arg.spelling} {_show(arg.value)}: {problem}", arg.loc))
+                continue
+            config[field] = value
+            where[field] = arg
+        from ..inputs import config_from
+
+        for _ in range(len(config) + 1):
+            try:
+                config_from(config)
+                break
+            except InputError as exc:
+                field = exc.field.split(".")[-1]
+                if field not in config:
+                    break
+                arg = where[field]
+                out.append(self.diag("NSA406", f"{arg.spelling} {_show(arg.value)} is not valid: {_reason(exc)}", arg.loc))
+                del config[field]
+        return config
+
+    def _env(self, launch: Launch, newer: Optional[str], out: list) -> dict[str, str]:
+        from ..inputs import environment_from
+
+        env: dict[str, str] = {}
+        for name in THRESHOLD_ENV_VARS:
+            ev = launch.env.get(name)
+            if ev is None:
+                continue
+            if newer and name in self.reg.deprecated:
+                new = self.reg.deprecated[name]
+                out.append(self.diag("NSA402", f"{name} is the old NSA spelling; this file targets sglang >= "
+                                               f"{self.reg.dsa_spelling_since} ({newer}), which reads {new}",
+                                     ev.loc, alternatives=(new,), fix=f"Use {new}."))
+            if ev.unresolved:
+                out.append(self.diag("NSA409", f"{name} depends on {ev.unresolved}, which this file does not set; "
+                                               f"checks on it were skipped", ev.loc))
+                continue
+            env[name] = ev.value
+        for _ in range(3):
+            try:
+                environment_from(env, {})
+                break
+            except InputError as exc:
+                name = exc.field if exc.field in env else next(iter(env))
+                out.append(self.diag("NSA406", f"{name}={env[name]!r} is not valid: {_reason(exc)}", launch.env[name].loc))
+                del env[name]
+        return env
+
+    def _model(self, launch: Launch, by_field: dict, out: list) -> tuple[Optional[ModelFacts], Optional[Location]]:
+        candidates: list[tuple[str, Location, str]] = []
+        args = by_field.get("model_path")
+        if args and not args[-1].unresolved and isinstance(args[-1].value, str):
+            candidates.append((args[-1].value, args[-1].loc, args[-1].spelling))
+        for h in launch.hints:
+            if h.key == "model":
+                candidates.append((h.value, h.loc, h.source))
+        for value, loc, source in candidates:
+            model = self.resolve_model(value)
+            if model is not None:
+                return model, loc
+            if source in ("comment", "annotation"):
+                out.append(self.diag("NSA407", f"{source}: model {value!r} is neither in the model catalog nor a "
+                                               f"known non-DSA model", loc,
+                                     alternatives=tuple(filter(None, [closest(value, self.catalog.model_ids)]))))
+        what = f"model {candidates[0][0]!r} is not in the model catalog" if candidates else "no model is given"
+        out.append(self.diag("NSA408", f"{what}: model-dependent checks ("
+                             + ", ".join(skipped_codes(self.opts.policy, device=False, model=True))
+                             + ") were skipped; add a comment 'nsa-policy: model=ID'",
+                             candidates[0][1] if candidates else launch.loc))
+        return None, None
+
+    def resolve_model(self, value: str) -> Optional[ModelFacts]:
+        names = [value]
+        base = value.rstrip("/").rsplit("/", 1)[-1]
+        if base != value:
+            names.append(base)
+        for name in names:
+            try:
+                return self.catalog.model(name)
+            except InputError:
+                pass
+        known = known_non_dsa_models()
+        lowered = {k.lower(): k for k in known}
+        for name in names:
+            key = lowered.get(name.lower()) or next((k for k in known if k.split("/")[-1].lower() == name.lower()), None)
+            if key:
+                return self.catalog.model_from_config({"architectures": [known[key]]},
+                                                      source="rules/lint/known-models.yaml", model_id=key)
+        return None
+
+    def _devices(self, launch: Launch, out: list) -> list[tuple[DeviceFacts, Optional[Hint]]]:
+        if self.cli_device is not None:
+            return [(self.cli_device, None)]
+        found: list[tuple[DeviceFacts, Optional[Hint]]] = []
+        seen = set()
+        for h in launch.hints:
+            if h.key != "device":
+                continue
+            dev = self.device_for(h.value)
+            if dev is None:
+                out.append(self.diag("NSA407", f"{h.source}: device {h.value!r} is not in the device catalog; "
+                                               f"device-dependent checks were skipped", h.loc,
+                                     alternatives=tuple(filter(None, [closest(h.value, self.catalog.device_choices)]))))
+                continue
+            if dev.name not in seen:
+                seen.add(dev.name)
+                found.append((dev, h))
+        return found
+
+    def device_for(self, value: str) -> Optional[DeviceFacts]:
+        """A catalog name, a capability spec, or a GPU product label (NVIDIA-H100-80GB-HBM3, nvidia-h200-141gb)."""
+        try:
+            return self.catalog.device(value)
+        except InputError:
+            pass
+        name = self.catalog.device_for_product(value.replace("-", " ").replace("_", " "))
+        if name is None:
+            norm = value.lower().replace(" ", "-").replace("_", "-")
+            norm = norm[len("nvidia-"):] if norm.startswith("nvidia-") else norm
+            hits = [n for n in self.catalog.device_names if norm == n or norm.startswith(n + "-")]
+            name = max(hits, key=len) if hits else None
+        return self.catalog.device(name) if name else None
+
+    # the policy ----------------------------------------------------------------------------------
+    def _policy_findings(self, launch: Launch, policy: str, config: dict, env: dict,
+                         model: Optional[ModelFacts], devices: list, by_field: dict) -> list[Diagnostic]:
+        needs = rule_needs(policy)
+        runs = devices or [(self.catalog.device(_PLACEHOLDER_DEVICE), None)]
+        mdl = model or self.catalog.model(_PLACEHOLDER_MODEL)
+        out: list[Diagnostic] = []
+        for dev, hint in runs:
+            try:
+                facts = build_facts(config, device=dev, model=mdl, env=env, packages={})
+            except InputError as exc:  # already reported per argument; nothing left to evaluate
+                out.append(self.diag("NSA406", f"the launch's arguments cannot be evaluated: {exc}", launch.loc))
+                return out
+            decision = decide(facts, policy, trace=False)
+            for f in decision.findings:
+                need = needs.get(f.rule, Needs(True, True))
+                if (not devices and need.device) or (model is None and need.model):
+                    continue
+                msg = f.message
+                if hint is not None and len(runs) > 1:
+                    msg += f" [device {dev.name} from {hint.source} at line {hint.loc.line}]"
+                out.append(self.diag(f.code, msg, self._where(f, launch, by_field, env), alternatives=f.alternatives,
+                                     rule=f.rule))
+        return out
+
+    def _where(self, f: Finding, launch: Launch, by_field: dict, env: dict) -> Location:
+        for field in f.fields:
+            if field in by_field:
+                return by_field[field][-1].loc
+            if field == "dense_attn_kv_len_threshold":
+                for name in THRESHOLD_ENV_VARS:
+                    if name in env:
+                        return launch.env[name].loc
+        return launch.loc
+
+
+def _convert(field: str, value: Any) -> tuple[Any, Optional[str]]:
+    kind = field_kind(field)
+    if kind == "bool":
+        if value is True or value is None:
+            return True, None
+        if isinstance(value, bool):
+            return value, None
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True, None
+        if text in ("false", "0", "no"):
+            return False, None
+        return None, "expected true or false"
+    if value is None or value is True and kind != "bool":
+        return None, "the flag needs a value"
+    if kind == "int":
+        if isinstance(value, bool):
+            return None, "expected an integer"
+        try:
+            return int(str(value).strip()), None
+        except ValueError:
+            return None, "expected an integer"
+    if isinstance(value, (dict, list)):
+        return None, "expected a single value"
+    return str(value), None
+
+
+def _reason(exc: InputError) -> str:
+    text = str(exc)
+    return text.split(" is not valid", 1)[-1].lstrip(" (").rstrip(")") if " is not valid" in text else text
+
+
+def _norm(value: Any) -> str:
+    return str(value).strip().lower()
+
+
+def _show(value: Any) -> str:
+    return "" if value is True else repr(value) if isinstance(value, str) else str(value)
+
+
+def _like(name: str, spelling: str) -> str:
+    """A known name spelt like the key it replaces (kebab or snake case)."""
+    return name.replace("-", "_") if "_" in spelling else name

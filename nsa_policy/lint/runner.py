@@ -1,0 +1,166 @@
+"""Lint files: find them, read each with the extractor for its kind, check every launch found.
+
+A file that cannot be read or parsed gives one NSA404 diagnostic and the run goes on.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .check import Checker, LintOptions
+from .discover import iter_files
+from .envfile import EnvSyntaxError, read_env_file, scan_env
+from .extract_dockerfile import scan_dockerfile
+from .extract_shell import scan_shell
+from .extract_structured import Structured
+from .model import Diagnostic, FileScan, Location
+from .text import LineIndex, comment_hints
+from .tree import ParseError, json_document, toml_document, yaml_documents
+
+# Structured files that mention none of these cannot hold an sglang launch or DSA setting; they are
+# counted as scanned but not parsed (lint is not a YAML/JSON/TOML validator).
+_MARKERS = ("sglang", "nsa", "dsa", "kv-cache", "kv_cache", "model-path", "model_path")
+
+
+@dataclass
+class LintReport:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    files_scanned: int = 0
+    launches: int = 0
+    templates_skipped: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+    def count(self, level: str) -> int:
+        return sum(1 for d in self.diagnostics if d.level == level)
+
+
+def lint_paths(paths: list[str], opts: Optional[LintOptions] = None, excludes: tuple[str, ...] = (),
+               use_gitignore: bool = True) -> LintReport:
+    """Lint files and folders. Raises InputError for a bad --device/--policy or a missing path."""
+    from ..errors import InputError
+
+    opts = opts or LintOptions()
+    checker = Checker(opts)
+    for p in paths:
+        if not os.path.exists(p):
+            raise InputError("path", p, hint="no such file or folder")
+    report = LintReport()
+    for path, kind in iter_files(list(paths), list(excludes), use_gitignore):
+        scan = scan_file(path, kind, report)
+        if scan is None:
+            continue
+        report.files_scanned += 1
+        report.diagnostics += scan.diagnostics
+        for launch in scan.launches:
+            report.launches += 1
+            report.diagnostics += checker.check(launch)
+    seen = set()
+    unique = []
+    for d in sorted(report.diagnostics, key=lambda d: (d.loc.path, d.loc.line, d.loc.col, d.code, d.message)):
+        key = (d.loc, d.code)
+        if key not in seen:
+            seen.add(key)
+            unique.append(d)
+    report.diagnostics = unique
+    return report
+
+
+def _unparsable(path: str, message: str, line: Optional[int] = None, col: Optional[int] = None) -> FileScan:
+    from ..codes import load_codes
+
+    doc = load_codes().codes["NSA404"]
+    scan = FileScan(path)
+    scan.diagnostics.append(Diagnostic("NSA404", doc.level, message, Location(path, line or 1, col or 1), doc.fix))
+    return scan
+
+
+def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        return _unparsable(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+    except OSError as exc:
+        report.unreadable.append(path)
+        scan = _unparsable(path, f"cannot read: {exc.strerror or exc}")
+        scan.unreadable = True
+        return scan
+    if kind == "maybe-shell":
+        first = text[:200].split("\n", 1)[0]
+        if not (first.startswith("#!") and ("sh" in first.rsplit("/", 1)[-1])):
+            return None
+        kind = "shell"
+    if kind == "unknown":  # a file named on the command line whose kind lint cannot tell
+        return _unparsable(path, "lint cannot tell this file's kind from its name (expected a shell script, "
+                                 "Dockerfile, YAML, JSON, TOML or .env file)")
+    index = LineIndex(text)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    try:
+        scan = _extract(path, kind, text, index, base_dir, report)
+    except ParseError as exc:
+        return _unparsable(path, str(exc), exc.line, exc.col)
+    except EnvSyntaxError as exc:
+        return _unparsable(path, f"not a valid env file: {exc}", exc.line, 1)
+    if scan is None:
+        return FileScan(path)
+    hints, bad = comment_hints(text, index, path)
+    for la in scan.launches:
+        la.hints = hints + la.hints
+    from ..codes import load_codes
+
+    doc = load_codes().codes["NSA407"]
+    for key, value, loc in bad:
+        scan.diagnostics.append(Diagnostic("NSA407", doc.level, f"'nsa-policy: {key}={value}': lint reads the keys "
+                                           f"device, model, policy and sglang", loc, doc.fix))
+    return scan
+
+
+def _extract(path: str, kind: str, text: str, index: LineIndex, base_dir: str, report: LintReport) -> Optional[FileScan]:
+    if kind == "shell":
+        return scan_shell(path, text, index, base_dir, _dotenv(base_dir, path))
+    if kind == "dockerfile":
+        return scan_dockerfile(path, text, index)
+    if kind == "env":
+        return scan_env(path, text, index)
+    lowered = text.lower()
+    if not any(m in lowered for m in _MARKERS) and "nsa-policy" not in lowered:
+        return None
+    if kind == "yaml":
+        try:
+            docs = yaml_documents(text, index)
+        except ParseError:
+            if "{{" in text:  # a Helm/Go template: YAML only after `helm template`
+                report.templates_skipped.append(path)
+                return None
+            raise
+        kind_name = "yaml"
+    elif kind == "json":
+        docs = [json_document(text, index)]
+        kind_name = "json"
+    else:
+        docs = [toml_document(text, index)]
+        kind_name = "toml"
+    ex = Structured(path, text, index, base_dir, kind_name, _dotenv(base_dir, path))
+    scan = FileScan(path)
+    for doc in docs:
+        scan.launches += ex.document(doc)
+    from ..codes import load_codes
+
+    doc7 = load_codes().codes["NSA407"]
+    for key, value, loc in ex.bad_hints:
+        scan.diagnostics.append(Diagnostic("NSA407", doc7.level, f"nsa-policy annotation {key}={value!r}: lint reads "
+                                           f"the keys device, model, policy and sglang", loc, doc7.fix))
+    return scan
+
+
+def _dotenv(base_dir: str, path: str) -> dict:
+    """Variables of a `.env` beside the file (compose reads it for interpolation; scripts often source it)."""
+    full = os.path.join(base_dir, ".env")
+    if not os.path.isfile(full):
+        return {}
+    shown = full if os.path.isabs(path) else os.path.relpath(full)
+    return read_env_file(full, shown)
+
+
+__all__ = ["LintReport", "lint_paths", "LintOptions"]
