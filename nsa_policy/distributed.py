@@ -68,9 +68,10 @@ class Agreement(Frozen):
 
 def rank_decision(decision: Decision, rank: int, host: Optional[str] = None) -> RankDecision:
     view = agreement_view(decision)
-    device = decision.inputs.get("device", {}) if isinstance(decision.inputs, dict) else {}
+    facts = decision.inputs
+    product = facts.device.product_name if facts is not None else None
     return RankDecision(rank=rank, host=host or socket.gethostname(), device=decision.device,
-                        device_class=decision.device_class, product_name=device.get("product_name"),
+                        device_class=decision.device_class, product_name=product,
                         policy=decision.policy, policy_digest=decision.policy_digest, digest=view_digest(view),
                         view=view)
 
