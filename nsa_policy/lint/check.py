@@ -142,12 +142,9 @@ class Checker:
         for h in launch.hints:
             if h.key == "sglang" and version_ge(h.value, since):
                 return f"sglang {h.value} from {h.source} at line {h.loc.line}"
-        for arg in launch.args:
-            if arg.name.startswith("dsa-"):
-                return f"{arg.spelling} at line {arg.loc.line}"
-        for name, ev in launch.env.items():
-            if name.startswith("SGLANG_DSA_"):
-                return f"{name} at line {ev.loc.line}"
+        for h in launch.hints:
+            if h.key == "dsa-spelling":
+                return f"{h.value} at line {h.loc.line}"
         return None
 
     def _config(self, by_field: dict[str, list[Arg]], out: list) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from .envfile import EnvSyntaxError, read_env_file, scan_env
 from .extract_dockerfile import scan_dockerfile
 from .extract_shell import scan_shell
 from .extract_structured import Structured
-from .model import Diagnostic, FileScan, Location
+from .model import Diagnostic, FileScan, Hint, Location
 from .text import LineIndex, comment_hints
 from .tree import ParseError, json_document, toml_document, yaml_documents
 
@@ -58,7 +58,7 @@ def lint_paths(paths: list[str], opts: Optional[LintOptions] = None, excludes: t
     seen = set()
     unique = []
     for d in sorted(report.diagnostics, key=lambda d: (d.loc.path, d.loc.line, d.loc.col, d.code, d.message)):
-        key = (d.loc, d.code)
+        key = (d.loc, d.code, d.message)
         if key not in seen:
             seen.add(key)
             unique.append(d)
@@ -105,6 +105,7 @@ def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
     if scan is None:
         return FileScan(path)
     hints, bad = comment_hints(text, index, path)
+    hints += _dsa_spelling(scan)
     for la in scan.launches:
         la.hints = hints + la.hints
     from ..codes import load_codes
@@ -152,6 +153,18 @@ def _extract(path: str, kind: str, text: str, index: LineIndex, base_dir: str, r
         scan.diagnostics.append(Diagnostic("NSA407", doc7.level, f"nsa-policy annotation {key}={value!r}: lint reads "
                                            f"the keys device, model, policy and sglang", loc, doc7.fix))
     return scan
+
+
+def _dsa_spelling(scan: FileScan) -> list[Hint]:
+    """A --dsa-* flag or SGLANG_DSA_* variable anywhere in the file: the file targets the renamed sglang."""
+    for la in scan.launches:
+        for arg in la.args:
+            if arg.name.startswith("dsa-"):
+                return [Hint("dsa-spelling", arg.spelling, arg.loc, "the new spelling")]
+        for name, ev in la.env.items():
+            if name.startswith("SGLANG_DSA_"):
+                return [Hint("dsa-spelling", name, ev.loc, "the new spelling")]
+    return []
 
 
 def _dotenv(base_dir: str, path: str) -> dict:

@@ -1,0 +1,104 @@
+"""The corpus: real-looking files seeded with known mistakes, and clean twins.
+
+Every expected finding is listed with its code and exact line, and nothing else may appear.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nsa_policy.lint import lint_paths
+
+from .helpers import CORPUS, findings, run_lint
+
+BAD = CORPUS / "bad"
+CLEAN = CORPUS / "clean"
+
+EXPECTED = {
+    # H200 launch: trtllm prefill does not run on sm90; a misspelt flag; --tp and --tp-size disagree;
+    # the removed 128k override exported before the launch.
+    "scripts/serve_h200.sh": [("NSA202", 5), ("NSA101", 10), ("NSA401", 11), ("NSA403", 12)],
+    # B200: fp8 with trtllm on one side only; old --nsa-* spelling in a file that uses --dsa-*;
+    # 16 heads per rank padded to 128; second launch: a backend misspelt with a dash.
+    "scripts/serve_b200.sh": [("NSA205", 9), ("NSA103", 11), ("NSA402", 12), ("NSA002", 17)],
+    # RTX PRO 6000 (nodeSelector): no bf16 sparse kernel on sm120 (prefill and decode); the 128k
+    # override in env, which is also inert on sm120.
+    "k8s/deployment.yaml": [("NSA106", 25), ("NSA106", 25), ("NSA202", 31), ("NSA203", 31)],
+    # H200 (comment): flashmla_auto as decode; HiSparse without --disable-radix-cache and with a
+    # non-HiSparse backend; a misspelt key; head padding on both sides.
+    "helm/values.yaml": [("NSA205", 8), ("NSA205", 8), ("NSA101", 10), ("NSA107", 10), ("NSA401", 11), ("NSA104", 12)],
+    # H100 (comment), sglang 0.5.12 image: tilelang + fp8 on CUDA; page size 32; old spelling;
+    # head padding; a threshold variable that is not an integer.
+    "compose/docker-compose.yaml": [("NSA205", 8), ("NSA101", 10), ("NSA402", 10), ("NSA105", 11), ("NSA406", 13)],
+    # DeepSeek-V3 (not DSA) with a DSA backend flag; no device known.
+    "docker/Dockerfile": [("NSA009", 5), ("NSA405", 5), ("NSA010", 7)],
+    # Bad KV dtype; tp 4 not a multiple of dp 3; tp-size and tp_size disagree.
+    "config/server.toml": [("NSA001", 7), ("NSA003", 8), ("NSA403", 8)],
+    # A misspelt backend (closest suggested) and a misspelt key.
+    "config/sglang.json": [("NSA002", 5), ("NSA401", 6)],
+    # The 128k override in an env file that targets sglang 0.5.12 (old spelling); no device, no model.
+    "env/sglang.env": [("NSA202", 3), ("NSA402", 3), ("NSA405", 3), ("NSA408", 3)],
+    "broken/values.yaml": [("NSA404", 4)],
+    "broken/config.json": [("NSA404", 4)],
+}
+
+
+@pytest.fixture(scope="module")
+def bad_report():
+    return lint_paths([str(BAD)])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_seeded_mistake_found_at_its_line(bad_report, name: str) -> None:
+    assert findings(bad_report, BAD / name) == sorted(EXPECTED[name])
+
+
+def test_nothing_unexpected_in_the_bad_corpus(bad_report) -> None:
+    files = {str(BAD / name) for name in EXPECTED}
+    assert {d.loc.path for d in bad_report.diagnostics} == files
+    assert bad_report.files_scanned == len(EXPECTED)
+
+
+def test_messages_carry_the_fix(bad_report) -> None:
+    by = {(d.loc.path.split("bad/")[-1], d.code): d for d in bad_report.diagnostics}
+    assert "did you mean '--mem-fraction-static'" in by[("scripts/serve_h200.sh", "NSA401")].message
+    assert "did you mean 'flashmla_kv'" in by[("scripts/serve_b200.sh", "NSA002")].message
+    assert by[("helm/values.yaml", "NSA101")].alternatives == ("flashmla_kv",)
+    assert "line 8" in by[("scripts/serve_h200.sh", "NSA403")].message
+    assert "--dsa-decode-backend" in by[("compose/docker-compose.yaml", "NSA402")].message
+    assert "NSA101" in by[("docker/Dockerfile", "NSA405")].message  # names the checks it skipped
+
+
+def test_columns_point_at_the_flag(bad_report) -> None:
+    d = next(d for d in bad_report.diagnostics if d.code == "NSA101" and d.loc.path.endswith("serve_h200.sh"))
+    line = (BAD / "scripts/serve_h200.sh").read_text().splitlines()[d.loc.line - 1]
+    assert line[d.loc.col - 1:].startswith("--nsa-prefill-backend trtllm")
+    d = next(d for d in bad_report.diagnostics if d.code == "NSA101" and d.loc.path.endswith("docker-compose.yaml"))
+    line = (BAD / "compose/docker-compose.yaml").read_text().splitlines()[d.loc.line - 1]
+    assert line[d.loc.col - 1:].startswith("--nsa-decode-backend tilelang")
+    d = next(d for d in bad_report.diagnostics if d.code == "NSA010")
+    line = (BAD / "docker/Dockerfile").read_text().splitlines()[d.loc.line - 1]
+    assert line[d.loc.col - 1:].startswith('"--nsa-decode-backend"')
+
+
+@pytest.mark.parametrize("name", sorted(n for n in EXPECTED if not n.startswith("broken/")))
+def test_clean_twin_exits_zero(name: str) -> None:
+    result = run_lint(str(CLEAN / name))
+    assert result.exit_code == 0, result.output
+    assert "0 error(s), 0 warning(s)" in result.output
+
+
+def test_clean_corpus_has_no_errors_or_warnings() -> None:
+    report = lint_paths([str(CLEAN)])
+    assert [d for d in report.diagnostics if d.level != "info"] == []
+    assert report.launches == 10
+
+
+def test_unparsable_file_does_not_stop_the_run() -> None:
+    result = run_lint("--format", "json", str(BAD / "broken"), str(BAD / "config" / "sglang.json"))
+    assert result.exit_code == 1
+    out = json.loads(result.output)
+    codes = sorted((d["path"].split("bad/")[-1], d["code"]) for d in out["diagnostics"])
+    assert codes == [("broken/config.json", "NSA404"), ("broken/values.yaml", "NSA404"),
+                     ("config/sglang.json", "NSA002"), ("config/sglang.json", "NSA401")]
