@@ -5,8 +5,10 @@
    and large batches, so both request-search paths run).
 2. A CUDA-graph capture of the transform replays correctly after the inputs change in place, and
    the eager call makes no host synchronisation.
-3. The fa3 adapter path matches the fp32 reference within bf16 tolerances (rtol 2e-2, atol 8e-4),
-   prefill with rows holding −1 and decode.
+3. The fa3 adapter path matches the fp32 reference, prefill with rows holding −1 and decode, on
+   two input recipes (see RECIPES): flashinfer's data scale, judged elementwise with flashinfer's
+   bf16 tolerances (rtol 2e-2, atol 8e-4), and unit-normal inputs, judged by relative error; a
+   negative control shows the check catches wrong slots.
 
 Usage: python3 benchmarks/gpu_runtime_check.py --out DIR   (writes DIR/gpu_runtime_check.json)
 """
@@ -134,15 +136,27 @@ def cuda_graph_and_no_sync(rt, torch):
     record("cuda_graph_capture_replay_transform", ok and no_sync, replays=3, no_host_sync=no_sync)
 
 
-def _check_close(name, out, ref, **detail):
+def _check_close(name, out, ref, criterion, **detail):
+    """criterion 'elementwise': |out − ref| <= 8e-4 + 2e-2·|ref| everywhere (flashinfer's bf16
+    test tolerances); 'relative': ‖out − ref‖ / ‖ref‖ <= 1e-2 (bf16 operands, METHOD.md).
+    Both: no NaN. The band statistics are recorded either way."""
     import torch
 
     diff = (out.float() - ref).abs()
     bad = diff > 8e-4 + 2e-2 * ref.abs()
     rel = float((out.float() - ref).norm() / ref.norm())
-    record(name, int(bad.sum()) == 0 and not torch.isnan(out).any(),
-           rel_err=rel, max_abs_err=float(diff.max()), mismatched=int(bad.sum()), elements=bad.numel(),
-           **detail)
+    no_nan = not bool(torch.isnan(out).any())
+    ok = (int(bad.sum()) == 0) if criterion == "elementwise" else (rel <= 1e-2)
+    record(name, ok and no_nan, criterion=criterion, rel_err=rel, max_abs_err=float(diff.max()),
+           max_abs_ref=float(ref.abs().max()), outside_band=int(bad.sum()), elements=bad.numel(), **detail)
+
+
+# Input recipes. "flashinfer_scale": V entries ~ 0.05·N(0,1) as in flashinfer's sparse-MLA tests
+# (KV_RANDOM_SCALE = 0.05), q scaled so the softmax stays peaked (logit std ≈ 1.6), so the output
+# still depends strongly on which rows the indices pick. "unit_normal": q, kv ~ N(0,1), logit
+# std ≈ 3.2: larger outputs, so bf16 rounding of P·V inside the kernel exceeds flashinfer's atol
+# on a few elements; judged by the relative error instead.
+RECIPES = {"flashinfer_scale": (10.0, 0.05, "elementwise"), "unit_normal": (1.0, 1.0, "relative")}
 
 
 @guarded
@@ -150,7 +164,6 @@ def fa3_matches_reference(rt, torch):
     gen = torch.Generator(device="cuda").manual_seed(2)
     heads, k, pool = 128, 2048, 1 << 16
     scale = rt.softmax_scale_for(128, 64, 40.0, 1.0)
-    kv = torch.randn(pool, 576, generator=gen, device="cuda").to(torch.bfloat16)
     adapter = rt.SparseMLAAdapter.from_decision(decision(), device="cuda", softmax_scale=scale, num_heads=heads)
     # prefill: short requests (rows 0..L−1 then −1) next to long ones (K valid positions)
     extend, prefix = [300, 200, 500], [0, 1000, 3000]
@@ -168,25 +181,33 @@ def fa3_matches_reference(rt, torch):
             else:
                 rows.append(torch.randperm(length, generator=gen, device="cuda")[:k])
     topk = torch.stack(rows).to(torch.int32)
-    q = torch.randn(topk.shape[0], heads, 576, generator=gen, device="cuda").to(torch.bfloat16)
-    plan = adapter.plan_prefill(extend, seq)
-    out = adapter.prefill(q, kv, topk, page_table, plan)
     slots = rt.transform_index_page_table_prefill(page_table, topk, extend, impl="torch")
-    ref = rt.sparse_mla_reference(q.float(), kv.float(), slots, scale, out_dtype=torch.float32)
-    _check_close("fa3_prefill_matches_fp32_reference", out, ref, tokens=topk.shape[0],
-                 rows_with_minus_one=minus_one_rows, heads=heads)
-    # decode: random context lengths, many below K
     seq_d = torch.randint(1, 5000, (64,), generator=gen, device="cuda").tolist()
     pt_d = torch.stack([torch.randperm(pool, generator=gen, device="cuda")[:5000] for _ in seq_d]).int()
     topk_d = torch.stack([torch.cat([torch.arange(s, device="cuda"), torch.full((k - s,), -1, device="cuda")])
                           if s <= k else torch.randperm(s, generator=gen, device="cuda")[:k] for s in seq_d]).int()
-    qd = torch.randn(len(seq_d), heads, 576, generator=gen, device="cuda").to(torch.bfloat16)
-    out_d = adapter.decode(qd, kv, topk_d, pt_d, adapter.plan_decode(seq_d))
-    ref_d = rt.sparse_mla_reference(qd.float(), kv.float(),
-                                    rt.transform_index_page_table_decode(pt_d, topk_d, impl="torch"),
-                                    scale, out_dtype=torch.float32)
-    _check_close("fa3_decode_matches_fp32_reference", out_d, ref_d, rows=len(seq_d),
-                 rows_with_minus_one=sum(s < k for s in seq_d), heads=heads)
+    slots_d = rt.transform_index_page_table_decode(pt_d, topk_d, impl="torch")
+    plan = adapter.plan_prefill(extend, seq)
+    plan_d = adapter.plan_decode(seq_d)
+    for recipe, (q_scale, kv_scale, criterion) in RECIPES.items():
+        kv = (torch.randn(pool, 576, generator=gen, device="cuda") * kv_scale).to(torch.bfloat16)
+        q = (torch.randn(topk.shape[0], heads, 576, generator=gen, device="cuda") * q_scale).to(torch.bfloat16)
+        out = adapter.prefill(q, kv, topk, page_table, plan)
+        ref = rt.sparse_mla_reference(q.float(), kv.float(), slots, scale, out_dtype=torch.float32)
+        _check_close(f"fa3_prefill_matches_fp32_reference[{recipe}]", out, ref, criterion,
+                     tokens=topk.shape[0], rows_with_minus_one=minus_one_rows, heads=heads)
+        # negative control: the same check against a reference whose slots are shifted by one
+        # row must fail, or the check could not see a wrong index
+        wrong = torch.where(slots >= 0, (slots + 1) % pool, slots)
+        ref_wrong = rt.sparse_mla_reference(q.float(), kv.float(), wrong, scale, out_dtype=torch.float32)
+        bad = int(((out.float() - ref_wrong).abs() > 8e-4 + 2e-2 * ref_wrong.abs()).sum())
+        record(f"negative_control_detects_wrong_slots[{recipe}]", bad > out.numel() // 10,
+               outside_band=bad, elements=out.numel())
+        qd = (torch.randn(len(seq_d), heads, 576, generator=gen, device="cuda") * q_scale).to(torch.bfloat16)
+        out_d = adapter.decode(qd, kv, topk_d, pt_d, plan_d)
+        ref_d = rt.sparse_mla_reference(qd.float(), kv.float(), slots_d, scale, out_dtype=torch.float32)
+        _check_close(f"fa3_decode_matches_fp32_reference[{recipe}]", out_d, ref_d, criterion,
+                     rows=len(seq_d), rows_with_minus_one=sum(s < k for s in seq_d), heads=heads)
 
 
 @guarded

@@ -120,6 +120,12 @@ def _transform_compact_kernel(
         tl.store(base_ptr + cols, tl.zeros([BLOCK], dtype=tl.int32) + tail, mask=cols < capacity)
 
 
+def _nonempty(t: torch.Tensor) -> torch.Tensor:
+    """An empty tensor has no storage to point at; give the kernel a one-element stand-in
+    (every access through it is masked off, since the row length / capacity is 0)."""
+    return t if t.numel() else torch.zeros(1, dtype=t.dtype, device=t.device)
+
+
 def _search_params(num_reqs: int) -> tuple[int, int]:
     if num_reqs <= _VECTOR_SEARCH_MAX:
         return max(16, triton.next_power_of_2(max(num_reqs, 1))), 1
@@ -142,9 +148,10 @@ def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
     vector_block, steps = _search_params(num_reqs)
     block, warps = _block_for(k)
     grid = (num_rows, triton.cdiv(k, block))
+    pt = _nonempty(page_table)
     _transform_kernel[grid](
-        topk_indices, topk_indices.stride(0), page_table, page_table.stride(0),
-        cu_extend_lens if ragged else page_table, out, out.stride(0),
+        topk_indices, topk_indices.stride(0), pt, page_table.stride(0),
+        cu_extend_lens if ragged else pt, out, out.stride(0),
         num_reqs, k, page_table.shape[1] * page_size,
         RAGGED=ragged, PAGE_SIZE=page_size, BLOCK=block,
         VECTOR_BLOCK=vector_block, SEARCH_STEPS=steps, num_warps=warps,
@@ -165,10 +172,11 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
     vector_block, steps = _search_params(num_reqs)
     block, warps = _block_for(min(k, 1024) if k else 16)
     csr = kv_indptr is not None
+    pt, dst = _nonempty(page_table), _nonempty(out)
     _transform_compact_kernel[(num_rows,)](
-        topk_indices, topk_indices.stride(0), page_table, page_table.stride(0),
-        cu_extend_lens if ragged else page_table, out, out.stride(0) if not csr else 0,
-        counts if counts is not None else out, kv_indptr if csr else out,
+        _nonempty(topk_indices), topk_indices.stride(0), pt, page_table.stride(0),
+        cu_extend_lens if ragged else pt, dst, out.stride(0) if not csr else 0,
+        counts if counts is not None else dst, kv_indptr if csr else dst,
         num_reqs, k, page_table.shape[1] * page_size, pad_slot,
         RAGGED=ragged, PAGE_SIZE=page_size, BLOCK=block,
         VECTOR_BLOCK=vector_block, SEARCH_STEPS=steps,
