@@ -110,7 +110,8 @@ class Checker:
                     out.append(self.diag(
                         "NSA403", f"{arg.spelling} {_show(arg.value)} conflicts with {first.spelling} {_show(first.value)} "
                                   f"at line {first.loc.line}; sglang keeps the last one silently", arg.loc,
-                        fix=f"Keep one: remove line {first.loc.line} or line {arg.loc.line}."))
+                        fix=(f"Keep one: remove line {first.loc.line} or line {arg.loc.line}." if first.loc.line != arg.loc.line
+                             else f"Keep one of the two on line {arg.loc.line}.")))
         config = self._config(by_field, out)
         env = self._env(launch, newer, out)
         model, model_loc = self._model(launch, by_field, out)

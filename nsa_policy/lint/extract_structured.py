@@ -217,7 +217,8 @@ class Structured:
     def _kind(self, node: N) -> str:
         if self.kind != "yaml":
             return self.kind
-        compose = node.get("environment") is not None or node.get("entrypoint") is not None
+        compose = any(node.get(k) is not None for k in ("environment", "entrypoint", "env_file", "build", "deploy",
+                                                        "depends_on"))
         return "compose" if compose else "kubernetes"
 
     def _exec_token(self, item: N, k8s_vars: dict, exp: Expander) -> tuple[str, Location, Optional[str]]:
