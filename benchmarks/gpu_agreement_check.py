@@ -127,7 +127,7 @@ def machine_facts(backend: str) -> dict:
         facts["nvidia_smi"] = out.stdout.strip().splitlines()
     except Exception:
         pass
-    facts.update({k: os.environ.get(k) for k in SAFE_ENV})
+    facts["rank_env"] = dict(SAFE_ENV)  # set for every rank, whatever the parent had
     return facts
 
 
