@@ -195,3 +195,53 @@ def test_bad_input_is_an_input_error_not_a_traceback() -> None:
     with pytest.raises(InputError) as exc:
         apply(args, device="h200", env={})
     assert exc.value.field == "model" and exc.value.suggestion == DS
+
+
+EXTRAS = ([], ["--kv-cache-dtype", "fp8_e4m3"], ["--kv-cache-dtype", "bf16"], ["--tp-size", "8"],
+          ["--tp-size", "8", "--dp-size", "8", "--enable-dp-attention"], ["--nsa-prefill-backend", "trtllm"],
+          ["--enable-hisparse", "--disable-radix-cache"])
+
+
+def test_default_policy_is_a_fixed_point_on_every_catalog_device_and_model() -> None:
+    """apply twice on every device × model × a few flag sets: nothing changes, the decision is the same."""
+    from nsa_policy.catalog import load_catalog
+
+    catalog = load_catalog()
+    quiet = logging.getLogger("nsa_policy.startup.fixed-point")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    outputs = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "dense_attn_kv_len_threshold",
+               "kv_cache_layout")
+    applied_count = rejected = 0
+    for device in catalog.device_names:
+        for model in catalog.model_ids:
+            for extra in EXTRAS:
+                args = sglang_parser().parse_args(["--model-path", model, *extra])
+                env: dict[str, str] = {}
+                try:
+                    first = apply(args, device=device, env=env, logger=quiet)
+                except StartupRejected:
+                    rejected += 1
+                    continue
+                snapshot, env_snapshot = vars(copy.deepcopy(args)), dict(env)
+                second = apply(args, device=device, env=env, logger=quiet)
+                where = (device, model, extra)
+                assert vars(args) == snapshot and env == env_snapshot and not second.changed, where
+                assert second.kept == {}, where
+                assert [getattr(second.decision, f) for f in outputs] == [getattr(first.decision, f) for f in outputs], where
+                applied_count += 1
+    assert applied_count > 100 and rejected > 0  # both paths were exercised
+
+
+def test_compat_bundle_that_treats_explicit_flags_differently_is_reported_on_the_second_pass() -> None:
+    # sglang-pre-21783 forces the 128k threshold for an EXPLICIT trtllm prefill only. After the first
+    # pass wrote the default trtllm as a flag, that engine would apply the override: apply still
+    # changes nothing, and says so in `kept`.
+    args = parse("--kv-cache-dtype", "fp8_e4m3")
+    env: dict[str, str] = {}
+    first = apply(args, policy="sglang-pre-21783", device="b200", env=env)
+    assert first.decision.dense_attn_kv_len_threshold == 2048 and args.nsa_prefill_backend == "trtllm"
+    second = apply(args, policy="sglang-pre-21783", device="b200", env=env)
+    assert not second.changed and env == {NSA_ENV: "2048"}
+    assert second.decision.dense_attn_kv_len_threshold == 131072
+    assert second.kept == {NSA_ENV: {"explicit": "2048", "decided": 131072}}
