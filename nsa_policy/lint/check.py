@@ -72,6 +72,8 @@ class Checker:
         self.codes = load_codes()
         self.reg = load_flags()
         self.bundle: CompiledBundle = get_bundle(opts.policy)  # InputError: usage error
+        self._models: dict[str, Optional[ModelFacts]] = {}
+        self._devices_seen: dict[str, Optional[DeviceFacts]] = {}
         self.cli_device: Optional[DeviceFacts] = self.catalog.device(opts.device, "--device") if opts.device else None
 
     def diag(self, code: str, message: str, loc: Location, *, alternatives=(), rule=None, fix=None) -> Diagnostic:
@@ -230,6 +232,11 @@ class Checker:
         return None, None
 
     def resolve_model(self, value: str) -> Optional[ModelFacts]:
+        if value not in self._models:  # a failed catalog lookup computes a closest name: remember the answer
+            self._models[value] = self._resolve_model(value)
+        return self._models[value]
+
+    def _resolve_model(self, value: str) -> Optional[ModelFacts]:
         names = [value]
         base = value.rstrip("/").rsplit("/", 1)[-1]
         if base != value:
@@ -269,6 +276,11 @@ class Checker:
 
     def device_for(self, value: str) -> Optional[DeviceFacts]:
         """A catalog name, a capability spec, or a GPU product label (NVIDIA-H100-80GB-HBM3, nvidia-h200-141gb)."""
+        if value not in self._devices_seen:
+            self._devices_seen[value] = self._device_for(value)
+        return self._devices_seen[value]
+
+    def _device_for(self, value: str) -> Optional[DeviceFacts]:
         try:
             return self.catalog.device(value)
         except InputError:

@@ -63,6 +63,7 @@ class FlagRegistry:
             base = known[target]
             known[alias] = FlagInfo(alias, base.canonical, base.field, base.takes_value)
         self.known = known
+        self._near: dict[str, Optional[str]] = {}
         self._by_len: dict[int, list[str]] = {}
         for name in known:
             self._by_len.setdefault(len(name), []).append(name)
@@ -73,6 +74,11 @@ class FlagRegistry:
     def near(self, name: str) -> Optional[str]:
         """The known name a typo away (1 edit up to 6 letters, else 2), or None when nothing is that close."""
         name = _kebab(name.lstrip("-"))
+        if name not in self._near:  # the same unknown keys recur across files
+            self._near[name] = self._nearest(name)
+        return self._near[name]
+
+    def _nearest(self, name: str) -> Optional[str]:
         limit = 1 if len(name) <= 6 else 2
         best, best_d = None, limit + 1
         for length in range(len(name) - limit, len(name) + limit + 1):
