@@ -57,3 +57,18 @@ def test_named_file_is_linted_even_when_gitignored(tmp_path, monkeypatch) -> Non
     monkeypatch.chdir(tmp_path)
     assert [p for p, _ in iter_files(["run.sh"], [])] == ["run.sh"]
     assert [p for p, _ in iter_files(["run.sh"], ["run.sh"])] == []
+
+
+def test_pre_commit_hook_selects_the_files_lint_reads(repo) -> None:
+    import re
+
+    import yaml
+
+    [hook] = yaml.safe_load((repo / ".pre-commit-hooks.yaml").read_text())
+    assert hook["id"] == "nsa-policy-lint" and hook["entry"] == "nsa-policy lint"
+    rx = re.compile(hook["files"])
+    for name in ("run.sh", "k8s/deploy.yaml", "a.yml", "c.json", "s.toml", ".env", ".env.prod", "gpu.env",
+                 "Dockerfile", "docker/Dockerfile.gpu", "Containerfile", "x.dockerfile"):
+        assert rx.search(name) and classify(name.rsplit("/", 1)[-1]) not in (None, "maybe-shell"), name
+    for name in ("README.md", "main.py", "notes.txt"):
+        assert not rx.search(name) and classify(name) is None
