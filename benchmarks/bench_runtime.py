@@ -65,8 +65,46 @@ def back_to_back(fn, torch, calls=200, repeats=5):
     return sorted(times)[len(times) // 2]
 
 
-def transform_bench(rt, torch):
-    gen = torch.Generator(device="cuda").manual_seed(0)
+def warm_up_clocks(torch, seconds=2.0):
+    """Matrix products until the SM clock has ramped up (it idles at ~345 MHz)."""
+    import time
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def host_overhead(rt, torch, calls=2000):
+    """Host time per eager call for the decode shape, where the kernel (≈7 µs) is shorter than
+    the launch: the public API vs a direct launch of the same Triton kernel (no validation)."""
+    import time
+
+    from nsa_policy.runtime import _triton_transforms
+
+    pt = torch.randint(0, 1 << 24, (256, 131072), device="cuda", dtype=torch.int32)
+    topk = sparse_topk(256, K, 131072, 0.25, "cuda")
+    out = torch.empty(256, K, dtype=torch.int32, device="cuda")
+
+    def per_call(fn):
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / calls * 1e6
+
+    api = per_call(lambda: rt.transform_index_page_table_decode(pt, topk, 1, out, impl="triton"))
+    raw = per_call(lambda: _triton_transforms.launch_transform(pt, topk, None, 1, out))
+    return dict(api_call_us=api, direct_launch_us=raw, validation_and_dispatch_us=api - raw)
+
+
+def transform_bench(rt, torch, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     rows = []
     for name, b, per_req, width, is_decode, sglang_ms, probe_ms in TRANSFORM_SHAPES:
         t = b * per_req
@@ -160,7 +198,7 @@ def fa3_bench(rt, torch):
     return results
 
 
-def markdown(env, transform_rows, fa3_rows) -> str:
+def markdown(env, passes, fa3_rows, overhead) -> str:
     lines = [f"# Runtime adapter on {env.get('device')} ({env['measured_utc']})", "",
              f"torch {env['torch']} (CUDA {env['torch_cuda']}), triton {env['triton']}, "
              f"flashinfer {env['flashinfer']}; medians of triton.testing.do_bench (L2 flushed each run).", "",
@@ -169,11 +207,16 @@ def markdown(env, transform_rows, fa3_rows) -> str:
              "Graph: replay of 20 captured calls, per call.", "",
              "| batch | sglang algorithm, cold (ms) | fused, cold (ms) | speedup | fused, back to back (ms) | fused, graph (ms) | quick probe (ms) | cold / probe | back to back / probe | equal |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in transform_rows:
-        lines.append(f"| {r['shape']} | {r['baseline_ms']:.3f} | {r['fused_ms']:.4f} | {r['speedup']:.1f}× | "
-                     f"{r['fused_back_to_back_ms']:.4f} | {r['fused_graph_replay_ms']:.4f} | {r['probe_ms']:.3f} | "
-                     f"{r['vs_probe']:.2f} | {r['vs_probe_back_to_back']:.2f} | {r['equal_to_baseline']} |")
-    lines += ["", "## Sparse MLA, flashinfer FA3 paged MLA, page size 1, K = 2048, bf16, 1M-token pool", "",
+    for i, rows in enumerate(passes, 1):
+        for r in rows:
+            lines.append(
+                f"| {r['shape']} (pass {i}) | {r['baseline_ms']:.3f} | {r['fused_ms']:.4f} | {r['speedup']:.1f}× | "
+                f"{r['fused_back_to_back_ms']:.4f} | {r['fused_graph_replay_ms']:.4f} | {r['probe_ms']:.3f} | "
+                f"{r['vs_probe']:.2f} | {r['vs_probe_back_to_back']:.2f} | {r['equal_to_baseline']} |")
+    lines += ["", f"Host cost of one eager call, decode shape: public API {overhead['api_call_us']:.1f} µs, "
+              f"direct kernel launch {overhead['direct_launch_us']:.1f} µs, so validation + dispatch "
+              f"{overhead['validation_and_dispatch_us']:.1f} µs (wall clock over 2000 calls).",
+              "", "## Sparse MLA, flashinfer FA3 paged MLA, page size 1, K = 2048, bf16, 1M-token pool", "",
               "| T × H | bare flashinfer (ms) | adapter path (ms) | adapter / bare throughput | compaction alone (ms) | bare TFLOP/s | adapter TFLOP/s | outputs equal |",
               "|---|---|---|---|---|---|---|---|"]
     for r in fa3_rows:
@@ -193,23 +236,32 @@ def main() -> None:
     import nsa_policy.runtime.transforms  # noqa: F401  (rt.transforms for the compaction timing)
     env = environment()
     env["runtime_import_note"] = note
-    transform_rows = transform_bench(rt, torch)
+    warm_up_clocks(torch)
+    # two passes with fresh inputs: their spread says what is noise
+    passes = [transform_bench(rt, torch, seed) for seed in (0, 1)]
+    overhead = host_overhead(rt, torch)
+    print(json.dumps(overhead), flush=True)
     torch.cuda.empty_cache()
     fa3_rows = fa3_bench(rt, torch)
-    by = {r["shape"]: r for r in transform_rows}
-    criteria = {
-        "speedup >= 30x at 128 x 64": by["128 x 64"]["speedup"] >= 30,
-        "speedup >= 30x at 512 x 8": by["512 x 8"]["speedup"] >= 30,
-        "no slower at 1 x 8192": by["1 x 8192"]["fused_ms"] <= by["1 x 8192"]["baseline_ms"],
-        "within 1.5x of the quick probe, cold (L2 flushed)": all(r["vs_probe"] <= 1.5 for r in transform_rows),
-        "within 1.5x of the quick probe, back to back": all(r["vs_probe_back_to_back"] <= 1.5 for r in transform_rows),
-        "fa3 adapter >= 90% of bare at 4096 x 128": next(
-            r for r in fa3_rows if (r["tokens"], r["heads"]) == (4096, 128))["throughput_ratio"] >= 0.9,
-    }
-    report = {"environment": env, "transform": transform_rows, "fa3": fa3_rows, "criteria": criteria}
+    criteria = {}
+    for i, rows in enumerate(passes, 1):
+        by = {r["shape"]: r for r in rows}
+        criteria.update({
+            f"pass {i}: speedup >= 30x at 128 x 64": by["128 x 64"]["speedup"] >= 30,
+            f"pass {i}: speedup >= 30x at 512 x 8": by["512 x 8"]["speedup"] >= 30,
+            f"pass {i}: no slower at 1 x 8192": by["1 x 8192"]["fused_ms"] <= by["1 x 8192"]["baseline_ms"],
+            f"pass {i}: within 1.5x of the quick probe, cold (L2 flushed)": all(r["vs_probe"] <= 1.5 for r in rows),
+            f"pass {i}: within 1.5x of the quick probe, back to back": all(r["vs_probe_back_to_back"] <= 1.5 for r in rows),
+            f"pass {i}: within 1.5x of the quick probe, kernel time (graph replay)": all(
+                r["fused_graph_replay_ms"] <= 1.5 * r["probe_ms"] for r in rows),
+        })
+    criteria["fa3 adapter >= 90% of bare at 4096 x 128"] = next(
+        r for r in fa3_rows if (r["tokens"], r["heads"]) == (4096, 128))["throughput_ratio"] >= 0.9
+    report = {"environment": env, "transform_passes": passes, "host_overhead_decode": overhead,
+              "fa3": fa3_rows, "criteria": criteria}
     with open(f"{args.out}/bench_runtime.json", "w") as f:
         json.dump(report, f, indent=1, default=str)
-    md = markdown(env, transform_rows, fa3_rows) + "\n## Criteria (issue 3)\n\n" + "\n".join(
+    md = markdown(env, passes, fa3_rows, overhead) + "\n## Criteria (issue 3)\n\n" + "\n".join(
         f"- {'met' if ok else 'NOT met'}: {name}" for name, ok in criteria.items()) + "\n"
     with open(f"{args.out}/bench_runtime.md", "w") as f:
         f.write(md)

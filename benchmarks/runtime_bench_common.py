@@ -70,7 +70,7 @@ def sglang_prefill_transform(page_table, topk_indices, extend_lens_cpu):
         rows = topk_indices[offset: offset + n]
         out = result[offset: offset + n]
         torch.gather(page_table[i].unsqueeze(0).expand(n, -1).to(torch.int32), 1,
-                     rows.clamp(min=0).to(torch.int64), out=out)
+                     rows.clamp(min=0), out=out)
         out[rows < 0] = -1
         offset += n
     return result

@@ -29,9 +29,14 @@ def _triton_importable() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+@lru_cache(maxsize=None)
+def _cuda_with_triton() -> bool:
+    return torch.cuda.is_available() and _triton_importable()
+
+
 def triton_available(device: torch.device) -> bool:
     """Whether the fused Triton kernels can run on `device`."""
-    return device.type == "cuda" and torch.cuda.is_available() and _triton_importable()
+    return device.type == "cuda" and _cuda_with_triton()
 
 
 def _resolve_impl(impl: str, device: torch.device) -> str:

@@ -238,8 +238,11 @@ def test_sm12x_sparse_call_uses_656_cache_bf16_q_and_unit_bmm2(fake_flashinfer):
     d = decision(device_class="sm120", kv_cache_dtype="fp8_e4m3", kv_cache_layout="fp8-656-blockwise",
                  prefill_backend="flashinfer_sparse_mla", decode_backend="flashinfer_sparse_mla",
                  index_topk=prob["k"], page_size=64)
+    # the sm12x backend needs flashinfer >= 0.6.14: the stand-in plays that release (the call is
+    # still bound against the installed signature, e.g. 0.6.7.post2's on the H200)
+    fi = types.SimpleNamespace(**{**vars(fake_flashinfer), "__version__": "0.6.14"})
     a = SparseMLAAdapter.from_decision(d, device="cpu", device_class="sm120", softmax_scale=SCALE,
-                                       flashinfer=fake_flashinfer, workspace_bytes=1024)
+                                       flashinfer=fi, workspace_bytes=1024)
     packed = quantize_fp8_656(torch.cat([prob["kv"], prob["kv"][:20]]))
     out = a.prefill(prob["q"], packed, prob["topk"], prob["page_table"], extend_lens=prob["extend"],
                     seq_lens=prob["seq"])
