@@ -53,6 +53,9 @@ class RuleSpec(_Strict):
     evidence: list[str] = []
     before: Optional[str] = None
     after: Optional[str] = None
+    wins_over: list[str] = Field(default=[], description=(
+        "later rules of the same stage (ids or fnmatch patterns) this rule deliberately takes precedence over "
+        "where both match; `nsa-policy check` reports any other order-dependent outputs"))
 
 
 class StageFile(_Strict):

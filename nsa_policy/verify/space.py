@@ -5,8 +5,9 @@ every combination inside each block. One big product (devices × models × KV dt
 × shapes × HiSparse × thresholds × extras) is ~10^6 inputs; the blocks keep every interaction the
 rules can have while staying ~7·10^4 inputs per bundle:
 
-- ``backends``: device × model × KV dtype × prefill choice × decode choice × DP/TP shape × HiSparse —
-  everything the kv_cache, backends, page_size, layout and validate stages read.
+- ``backends``: device × model × KV dtype × prefill choice × decode choice × DP/TP shape — everything
+  the kv_cache, backends, page_size, layout and validate stages read.
+- ``hisparse``: the same with HiSparse on (radix cache on / off), at tp1.
 - ``threshold``: device × model × KV dtype × prefill choice × threshold setting × shape — what the
   threshold stage reads (an explicit trtllm prefill drove sglang's 128k override).
 - ``input``: malformed inputs (unknown KV dtype, unknown backend names, shapes that do not divide)
@@ -15,8 +16,8 @@ rules can have while staying ~7·10^4 inputs per bundle:
   installed flashinfer versions}.
 - ``not_dsa``: a model without DSA, with and without DSA flags.
 
-Index 0 of every dimension is its baseline (unset / off / tp1), so a point's *complexity* — how many
-dimensions are off baseline — picks the minimal example of a finding.
+A point's *complexity* — how many of its values set something (a flag, a variable, a package) —
+picks the minimal example of a finding: fewest settings first, then the lowest index.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class Value:
     device: Optional[str] = None
     model: Optional[str] = None  # catalog id
     arch: Optional[tuple[str, Optional[int], Optional[int]]] = None  # (architecture, index_topk, heads)
+    covers: tuple[str, ...] = ()  # device classes this representative stands for (itself first)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class Point:
 
     @property
     def complexity(self) -> int:
-        return sum(1 for d, i in zip(self.block.dims, self.digits) if i and d.counts_for_size)
+        return sum(1 for v in self.values if v.config or v.env or v.packages)
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -254,6 +256,52 @@ def _named_model_ids(bundles: Iterable[Any]) -> list[str]:
     return found
 
 
+def _device_leaves(node: Any, out: list) -> None:
+    """Every `device.*` test anywhere in a condition (inside all/any/not too)."""
+    if isinstance(node, dict):
+        for key, val in node.items():
+            if isinstance(key, str) and key.startswith("device."):
+                out.append((key, val))
+            else:
+                _device_leaves(val, out)
+    elif isinstance(node, list):
+        for item in node:
+            _device_leaves(item, out)
+
+
+def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
+    """Device classes no rule and no catalog cell can tell apart, grouped (first = representative).
+
+    Two classes are equivalent when they have the same vendor, every `device.*` test in every rule
+    gives the same answer for both, and the capability matrix (status per backend × KV dtype ×
+    phase, head padding) is the same: then every decision differs only in the device's name inside
+    messages, so one class is evaluated for the group.
+    """
+    from ..conditions import compile_condition
+
+    leaves: list = []
+    for bundle in bundles:
+        for rule in bundle.rules:
+            _device_leaves(rule.spec.when, leaves)
+    checks = []
+    for key, pred in leaves:
+        refs = isinstance(pred, dict) and any(isinstance(v, dict) and "fact" in v for v in pred.values())
+        checks.append(None if refs else compile_condition({key: pred})[0])
+    groups: dict[tuple, list[str]] = {}
+    for cls in catalog.device_doc.classes:
+        dev = catalog.device(cls)
+        cc = dev.compute_capability
+        ns = {"device.name": cls, "device.class": cls, "device.vendor": dev.vendor,
+              "device.major": cc[0] if cc else None, "device.minor": cc[1] if cc else None,
+              "device.product": None, "device.memory_gb": None, "device.sm_count": None}
+        truths = tuple(cls if c is None else bool(c(ns)) for c in checks)
+        cells = tuple((catalog.capability(b, cls, kv, ph).status, spec.pad_heads_to.get(cls))
+                      for b, spec in catalog.backends.items() for kv in ("bfloat16", "fp8_e4m3")
+                      for ph in ("prefill", "decode"))
+        groups.setdefault((dev.vendor, truths, cells), []).append(cls)
+    return list(groups.values())
+
+
 def representative_models(catalog: Catalog, bundles: Iterable[Any] = ()) -> list[str]:
     """One catalog model per DSA family: the first one a rule names, else the family's first."""
     named = _named_model_ids(bundles)
@@ -279,8 +327,8 @@ BAD_SHAPES = (
 )
 HISPARSE = (
     _cfg("off"),
-    _cfg("on, radix cache on", enable_hisparse=True),
-    _cfg("on, radix cache off", enable_hisparse=True, disable_radix_cache=True),
+    _cfg("on (radix cache on)", enable_hisparse=True),
+    _cfg("on (radix cache off)", enable_hisparse=True, disable_radix_cache=True),
 )
 
 
@@ -298,7 +346,7 @@ EXTRAS = (
     _cfg("page_size 1", page_size=1),
     _cfg("page_size 64", page_size=64),
     _cfg("page_size 16", page_size=16),
-    _cfg("modelopt_fp4, tp8 dp8 dp-attention", quantization="modelopt_fp4", tp_size=8, dp_size=8,
+    _cfg("modelopt_fp4 (tp8 dp8 dp-attention)", quantization="modelopt_fp4", tp_size=8, dp_size=8,
          enable_dp_attention=True),
     Value(label="flashinfer-python 0.6.7", packages=(("flashinfer-python", "0.6.7"),)),
     Value(label="flashinfer-python 0.6.14", packages=(("flashinfer-python", "0.6.14"),)),
@@ -308,8 +356,10 @@ EXTRAS = (
 def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = None) -> Space:
     """The space `check` and `diff` enumerate. `bundles` only decide which catalog model stands for a family."""
     catalog = catalog or load_catalog()
-    device = Dim("device", tuple(Value(label=c, device=c) for c in catalog.device_doc.classes), counts_for_size=False)
-    models = representative_models(catalog, list(bundles))
+    bundles = list(bundles)
+    device = Dim("device", tuple(Value(label=group[0], device=group[0], covers=tuple(group))
+                                 for group in device_groups(catalog, bundles)), counts_for_size=False)
+    models = representative_models(catalog, bundles)
     model = Dim("model", tuple(Value(label=m, model=m) for m in models), counts_for_size=False)
     topk = min((catalog.model(m).index_topk or 2048) for m in models) if models else 2048
     kv3 = Dim("kv_cache_dtype", (_cfg("auto"), _cfg("bfloat16", kv_cache_dtype="bfloat16"),
@@ -325,7 +375,9 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
     bad_choices = [None, "trtllm", INVALID_BACKEND]
     blocks = (
         Block("backends", (device, model, kv3, side("prefill", all_choices), side("decode", all_choices),
-                           Dim("parallel", SHAPES), Dim("hisparse", HISPARSE))),
+                           Dim("parallel", SHAPES))),
+        Block("hisparse", (device, model, kv3, side("prefill", all_choices), side("decode", all_choices),
+                           Dim("hisparse", HISPARSE[1:]))),
         Block("threshold", (device, model, kv3, side("prefill", all_choices),
                             Dim("threshold", _thresholds(topk)), Dim("parallel", (SHAPES[0], SHAPES[2])))),
         Block("input", (device, model, kv4, side("prefill", bad_choices), side("decode", bad_choices),
@@ -348,8 +400,7 @@ class FactsBuilder:
 
     def __init__(self, catalog: Optional[Catalog] = None):
         self.catalog = catalog or load_catalog()
-        self._configs: dict = {}
-        self._envs: dict = {}
+        self._parts: dict = {}
         self._models: dict = {}
         self._derived: dict = {}
 
@@ -362,20 +413,31 @@ class FactsBuilder:
             self._models[key] = hit
         return hit
 
-    def facts(self, point: Point) -> Facts:
-        device, config, env, packages, model = point.parts()
-        ckey = tuple(config.items())
-        cfg = self._configs.get(ckey)
-        if cfg is None:
-            cfg = self._configs[ckey] = ServingConfig(**config)
-        ekey = (tuple(env.items()), tuple(packages.items()))
-        environment = self._envs.get(ekey)
-        if environment is None:
+    def _settings(self, point: Point):
+        """(ServingConfig, Environment) for the point's non-device, non-model values (shared by many points)."""
+        key = (point.block.name,) + tuple(i for d, i in zip(point.block.dims, point.digits) if d.counts_for_size)
+        hit = self._parts.get(key)
+        if hit is None:
             from ..inputs import environment_from
 
-            environment = self._envs[ekey] = environment_from(env, packages)
+            config, env, packages = {}, {}, {}
+            for v in point.values:
+                config.update(v.config)
+                env.update(v.env)
+                packages.update(v.packages)
+            hit = self._parts[key] = (ServingConfig(**config), environment_from(env, packages))
+        return hit
+
+    def facts(self, point: Point) -> Facts:
+        device = model = None
+        for v in point.values:
+            device = v.device or device
+            if v.model or v.arch:
+                model = v.model or {"architectures": [v.arch[0]], **({"index_topk": v.arch[1]} if v.arch[1] else {}),
+                                    **({"num_attention_heads": v.arch[2]} if v.arch[2] else {})}
+        cfg, environment = self._settings(point)
         mdl = self.model(model)
-        dkey = (id(mdl), ckey)
+        dkey = (id(mdl), id(cfg))
         derived = self._derived.get(dkey)
         if derived is None:
             derived = self._derived[dkey] = derive(mdl, cfg)

@@ -1,0 +1,96 @@
+"""Case files as inputs, and which rules they exercise (`nsa-policy check --cases PATHS`).
+
+A case file is the shape of ../shared/spec/cases/*.yaml: `policy:` and `cases:` with `name`, `input`
+(device, model or arch + index_topk + num_attention_heads, serving fields, `env:VAR`, `package:NAME`)
+and `expect`. Coverage counts a rule as exercised by a case when it takes effect there (emits a
+finding or sets an output the decision keeps); a rule that only matched is listed separately.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..bundle import CompiledBundle
+from ..catalog import load_catalog
+from ..errors import InputError
+from ..evaluator import evaluate
+from ..facts import Facts
+
+
+def facts_from_case_input(inp: dict) -> Facts:
+    from ..api import build_facts
+
+    data = dict(inp)
+    env = {k[4:]: str(data.pop(k)) for k in list(data) if k.startswith("env:")}
+    packages = {k[8:]: str(data.pop(k)) for k in list(data) if k.startswith("package:")}
+    if "device" not in data:
+        raise InputError("device", None, hint="every case input names a device")
+    device = data.pop("device")
+    model: Any = data.pop("model", None)
+    if model is None:
+        if "arch" not in data:
+            raise InputError("model", None, hint="a case input needs `model` or `arch`")
+        model = {"architectures": [data.pop("arch")]}
+        for key in ("index_topk", "num_attention_heads"):
+            if key in data:
+                model[key] = data.pop(key)
+    return build_facts(data, device=device, model=model, env=env, packages=packages)
+
+
+def load_case_files(paths: list[str]) -> list[tuple[str, str, dict]]:
+    """(file policy, case name, input) for every case of every file."""
+    import yaml
+
+    out = []
+    for path in paths:
+        p = Path(path)
+        files = sorted(p.glob("*.yaml")) if p.is_dir() else [p]
+        for f in files:
+            try:
+                doc = yaml.safe_load(f.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                raise InputError("--cases", str(f), hint="no such file") from None
+            except (OSError, yaml.YAMLError) as exc:
+                raise InputError("--cases", str(f), hint=f"unreadable: {exc}") from None
+            if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+                raise InputError("--cases", str(f), hint="a case file has `cases:` (a list)")
+            for i, case in enumerate(doc["cases"]):
+                if not isinstance(case, dict) or not isinstance(case.get("input"), dict):
+                    raise InputError(f"--cases {f}: case {i}", case, hint="each case has an `input` mapping")
+                out.append((doc.get("policy"), f"{f.stem}:{case.get('name', i)}", case["input"]))
+    return out
+
+
+def case_coverage(bundle: CompiledBundle, cases: list[tuple[str, str, dict]]) -> dict:
+    """Which rules of the bundle the cases written for it exercise."""
+    from .run import _probed
+
+    catalog = load_catalog()
+    probe, probed = _probed(bundle, catalog)
+    by_rule: dict[str, list[str]] = {r.id: [] for r in bundle.rules}
+    matched_only: dict[str, list[str]] = {r.id: [] for r in bundle.rules}
+    used, skipped = 0, []
+    for policy, name, inp in cases:
+        if policy not in (None, bundle.name):
+            continue
+        try:
+            facts = facts_from_case_input(inp)
+        except InputError as exc:  # a case of bad input (e.g. a misspelt name) stops before the rules
+            skipped.append(f"{name}: {exc}")
+            continue
+        used += 1
+        probe.reset()
+        decision = evaluate(probed, facts, catalog, trace=False)
+        if probe.pending is not None:
+            probe.settle()
+        took = {f.rule for f in decision.findings} | {probe.rules[i].id for i in probe.setter.values()}
+        for rid in took:
+            by_rule[rid].append(name)
+        for i in probe.matched:
+            rid = probe.rules[i].id
+            if rid not in took:
+                matched_only[rid].append(name)
+    exercised = sum(1 for v in by_rule.values() if v)
+    return {"bundle": bundle.name, "cases": used, "rules": len(by_rule), "exercised": exercised,
+            "by_rule": by_rule, "matched_only": {k: v for k, v in matched_only.items() if v and not by_rule[k]},
+            "not_exercised": [k for k, v in by_rule.items() if not v], "skipped": skipped}

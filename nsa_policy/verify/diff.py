@@ -1,0 +1,288 @@
+"""`nsa-policy diff A B`: every input whose decision differs between two bundles, in change classes.
+
+A change class is one kind of change with one cause: an output that went from some values to others
+because rule X (in A) and rule Y (in B) decided it; a finding code that appeared or disappeared,
+with the rule that emits it; or accepted ↔ rejected. Each class lists its transitions (from → to,
+with counts), the region of the space it covers (device / dtype / flag values seen, omitting
+dimensions where every value is affected) and a minimal example input.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from ..bundle import CompiledBundle
+from .run import RECORD_FIELDS, record_of, run_space
+from .space import Space, standard_space
+
+FIELD_TITLES = {"kv_cache_dtype": "KV cache dtype", "prefill_backend": "prefill backend",
+                "decode_backend": "decode backend", "page_size": "page size",
+                "dense_attn_kv_len_threshold": "dense-attention threshold", "kv_cache_layout": "KV cache layout"}
+
+
+@dataclass
+class ChangeClass:
+    kind: str  # output | code-added | code-removed | status
+    what: str  # the output name, the code, or "status"
+    cause_a: Optional[str]
+    cause_b: Optional[str]
+    count: int = 0
+    transitions: Counter = field(default_factory=Counter)
+    region: dict = field(default_factory=dict)  # dimension → set of labels
+    blocks: set = field(default_factory=set)  # blocks of the space it has inputs in
+    best: Optional[tuple] = None
+    example: Optional[dict] = None
+
+    def title(self) -> str:
+        if self.kind == "output":
+            moves = ", ".join(f"{_fmt(a)} → {_fmt(b)}" for (a, b), _ in self.transitions.most_common(4))
+            more = f" (+{len(self.transitions) - 4} more)" if len(self.transitions) > 4 else ""
+            return f"{FIELD_TITLES.get(self.what, self.what)}: {moves}{more}"
+        if self.kind == "status":
+            (a, b), = self.transitions.most_common(1)
+            return f"{a} → {b}"
+        return f"{'new' if self.kind == 'code-added' else 'no longer'} {self.what}"
+
+    def cause(self) -> str:
+        if self.kind == "code-added":
+            return f"emitted by {self.cause_b}"
+        if self.kind == "code-removed":
+            return f"was emitted by {self.cause_a}"
+        return f"{self.cause_a or '-'} → {self.cause_b or '-'}"
+
+
+@dataclass
+class DiffReport:
+    a: str
+    b: str
+    inputs: int
+    changed: int
+    classes: list
+    dimensions: dict  # block → dimension → all its labels, in order (to leave out "any value")
+    source: str  # "space" or the inputs file
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "inputs": self.inputs, "changed": self.changed, "source": self.source,
+                "classes": [{"kind": c.kind, "what": c.what, "title": c.title(), "cause_a": c.cause_a,
+                             "cause_b": c.cause_b, "inputs": c.count,
+                             "transitions": [{"from": a, "to": b, "inputs": n}
+                                             for (a, b), n in c.transitions.most_common()],
+                             "region": region_of(c, self.dimensions), "example": c.example} for c in self.classes]}
+
+
+def _fmt(v: Any) -> str:
+    return "unset" if v is None else str(v)
+
+
+def _errors_cause(codes: tuple) -> Optional[str]:
+    return ", ".join(sorted({rule for code, rule in codes if code[3] in "01"})) or None
+
+
+def changes(rec_a: tuple, rec_b: tuple) -> list[tuple]:
+    """(class key, transition) for every way two decisions of one input differ."""
+    out = []
+    sa, va, ca, codes_a = rec_a
+    sb, vb, cb, codes_b = rec_b
+    if sa != sb:
+        out.append((("status", "status", _errors_cause(codes_a) if sa == "rejected" else None,
+                     _errors_cause(codes_b) if sb == "rejected" else None), (sa, sb)))
+    if "n/a" not in (sa, sb):
+        for i, name in enumerate(RECORD_FIELDS):
+            if va[i] != vb[i]:
+                out.append((("output", name, ca[i], cb[i]), (va[i], vb[i])))
+    by_code_a: dict[str, set] = {}
+    by_code_b: dict[str, set] = {}
+    for code, rule in codes_a:
+        by_code_a.setdefault(code, set()).add(rule)
+    for code, rule in codes_b:
+        by_code_b.setdefault(code, set()).add(rule)
+    for code in sorted(set(by_code_a) - set(by_code_b)):
+        out.append((("code-removed", code, ", ".join(sorted(by_code_a[code])), None), (code, None)))
+    for code in sorted(set(by_code_b) - set(by_code_a)):
+        out.append((("code-added", code, None, ", ".join(sorted(by_code_b[code]))), (None, code)))
+    return out
+
+
+def _group(pairs: Iterable[tuple[tuple, tuple, dict, tuple, dict]]) -> list[ChangeClass]:
+    """pairs: (record A, record B, block, region labels, sort key, example) → change classes."""
+    classes: dict[tuple, ChangeClass] = {}
+    for rec_a, rec_b, block, region, key, example in pairs:
+        for ckey, move in changes(rec_a, rec_b):
+            c = classes.get(ckey)
+            if c is None:
+                c = classes[ckey] = ChangeClass(*ckey)
+            c.count += 1
+            c.transitions[move] += 1
+            c.blocks.add(block)
+            for dim, label in region.items():
+                c.region.setdefault(dim, set()).update(label if isinstance(label, tuple) else (label,))
+            if c.best is None or key < c.best:
+                c.best, c.example = key, example
+    order = {"status": 0, "output": 1, "code-removed": 2, "code-added": 3}
+    return sorted(classes.values(), key=lambda c: (order[c.kind], -c.count, c.what, str(c.cause_a), str(c.cause_b)))
+
+
+def region_of(c: ChangeClass, dimensions: dict) -> dict:
+    """The dimensions the class does not cover completely (within the blocks it touches), with the
+    values it does cover. A per-dimension projection: an over-approximation of the exact set."""
+    out = {}
+    for dim, labels in c.region.items():
+        order: list = []
+        for block in sorted(c.blocks):
+            order.extend(l for l in dimensions.get(block, {}).get(dim, []) if l not in order)
+        if not set(order) <= labels:
+            out[dim] = [l for l in order if l in labels] + sorted(labels - set(order))
+    return out
+
+
+def _space_dimensions(space: Space) -> dict:
+    return {block.name: {d.name: [x for v in d.values for x in (v.covers or (v.label,))] for d in block.dims}
+            for block in space.blocks}
+
+
+def diff_space(a: CompiledBundle, b: CompiledBundle, space: Optional[Space] = None, *,
+               workers: Optional[int] = None, policy_a: Optional[str] = None,
+               policy_b: Optional[str] = None) -> DiffReport:
+    space = space or standard_space([a, b])
+    run_a = run_space(a, space, workers=workers, invariants=False)
+    run_b = run_space(b, space, workers=workers, invariants=False)
+
+    def pairs():
+        for i, (ra, rb) in enumerate(zip(run_a.records, run_b.records)):
+            if ra == rb or (ra[0] == rb[0] == "n/a" and ra[3] == rb[3]):
+                continue
+            if ra[:2] == rb[:2] and ra[3] == rb[3]:
+                continue  # only the provenance differs: the same decision
+            point = space.point(i)
+            region = {}
+            for d, v in zip(point.block.dims, point.values):
+                region[d.name] = v.covers or (v.label,)
+            example = {"input": point.as_input(), "command_a": point.command(policy_a or a.name),
+                       "command_b": point.command(policy_b or b.name)}
+            yield ra, rb, point.block.name, region, point.sort_key, example
+
+    materialised = list(pairs())
+    classes = _group(materialised)
+    return DiffReport(a=a.name, b=b.name, inputs=len(space), changed=len(materialised), classes=classes,
+                      dimensions=_space_dimensions(space), source="space")
+
+
+def diff_inputs(a: CompiledBundle, b: CompiledBundle, inputs: list[dict], source: str) -> DiffReport:
+    """Diff over the inputs of a file (case-file style mappings)."""
+    from ..catalog import load_catalog
+    from ..evaluator import evaluate
+    from .coverage import facts_from_case_input
+
+    catalog = load_catalog()
+    pairs, dims = [], {}
+    for n, inp in enumerate(inputs):
+        facts = facts_from_case_input(inp)
+        ra = record_of(evaluate(a, facts, catalog, trace=False))
+        rb = record_of(evaluate(b, facts, catalog, trace=False))
+        region = {k: str(v) for k, v in inp.items()}
+        for k, v in region.items():
+            dims.setdefault(k, set()).add(v)
+        if ra[:2] == rb[:2] and ra[3] == rb[3]:
+            continue
+        pairs.append((ra, rb, "inputs", region, (0, n), {"input": inp}))
+    keys = set(dims)
+    for _, _, _, region, _, _ in pairs:
+        for k in keys - set(region):
+            region[k] = "unset"
+    return DiffReport(a=a.name, b=b.name, inputs=len(inputs), changed=len(pairs), classes=_group(pairs),
+                      dimensions={"inputs": {k: sorted(v | {"unset"}) for k, v in dims.items()}}, source=source)
+
+
+def load_inputs(path: str) -> list[dict]:
+    """A case file (`cases: [{input: …}]`) or a YAML/JSON list of input mappings."""
+    import yaml
+
+    from ..errors import InputError
+
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("--inputs", path, hint="no such file") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError("--inputs", path, hint=f"unreadable: {exc}") from None
+    items = doc.get("cases") if isinstance(doc, dict) else doc
+    if not isinstance(items, list) or not items:
+        raise InputError("--inputs", path, hint="expected a list of inputs, or a case file with `cases:`")
+    out = []
+    for i, item in enumerate(items):
+        inp = item.get("input", item) if isinstance(item, dict) else None
+        if not isinstance(inp, dict) or "device" not in inp:
+            raise InputError(f"--inputs {path}: item {i}", item, hint="each input is a mapping with at least `device`")
+        out.append(inp)
+    return out
+
+
+# ---------------------------------------------------------------- rendering
+
+def _region_text(region: dict, report: Optional["DiffReport"] = None, c: Optional[ChangeClass] = None) -> str:
+    if not region:
+        return "every input of the space"
+    parts = []
+    for dim, labels in region.items():
+        universe: list = []
+        if report is not None and c is not None:
+            for block in sorted(c.blocks):
+                universe.extend(l for l in report.dimensions.get(block, {}).get(dim, []) if l not in universe)
+        rest = [l for l in universe if l not in labels]
+        if rest and len(rest) < len(labels):
+            parts.append(f"{dim} ∉ {{{', '.join(rest)}}}")
+        else:
+            parts.append(f"{dim} ∈ {{{', '.join(labels)}}}")
+    return "; ".join(parts)
+
+
+def render_text(report: DiffReport) -> str:
+    lines = [f"diff {report.a} → {report.b}: {report.changed} of {report.inputs} inputs decide differently, "
+             f"{len(report.classes)} change classes"]
+    for n, c in enumerate(report.classes, 1):
+        lines.append(f"{n:>3}. {c.title()}  [{c.count} inputs; {c.cause()}]")
+        lines.append(f"     where: {_region_text(region_of(c, report.dimensions), report, c)}")
+        if c.example:
+            lines.append(f"     e.g.:  {c.example.get('command_b') or c.example['input']}")
+    return "\n".join(lines)
+
+
+def render_markdown(report: DiffReport, title: Optional[str] = None) -> str:
+    lines = [f"# {title or f'What changes from `{report.a}` to `{report.b}`'}", "",
+             f"Generated by `nsa-policy diff {report.a} {report.b} --format markdown` over "
+             + ("the enumerated input space" if report.source == "space" else f"the inputs of `{report.source}`")
+             + f": **{report.changed} of {report.inputs} inputs** decide differently, in "
+               f"**{len(report.classes)} change classes**. Each class is one kind of change with one cause "
+               "(the rule that decided it on each side); *where* lists only the dimensions that are not "
+               "affected across all their values.", ""]
+    sections = (("status", "Accepted / rejected"), ("output", "Outputs"), ("code-removed", "Findings that go away"),
+                ("code-added", "New findings"))
+    n = 0
+    for kind, heading in sections:
+        members = [c for c in report.classes if c.kind == kind]
+        if not members:
+            continue
+        lines += [f"## {heading}", ""]
+        for c in members:
+            n += 1
+            lines.append(f"### {n}. {c.title()}")
+            lines.append("")
+            lines.append(f"- inputs: {c.count}")
+            lines.append(f"- cause: {c.cause().replace('→', f'({report.a}) →')} ({report.b})"
+                         if kind in ("output", "status") else f"- cause: {c.cause()}")
+            if kind == "output" and len(c.transitions) > 1:
+                lines.append("- transitions: " + ", ".join(f"{_fmt(a)} → {_fmt(b)} ({k})"
+                                                           for (a, b), k in c.transitions.most_common(8)))
+            lines.append(f"- where: {_region_text(region_of(c, report.dimensions), report, c)}")
+            if c.example and "command_b" in c.example:
+                lines.append(f"- example: `{c.example['command_b']}`")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_json(report: DiffReport) -> str:
+    return json.dumps(report.to_dict(), default=str)

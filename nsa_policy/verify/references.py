@@ -1,0 +1,150 @@
+"""Static checks of a compiled bundle: every name a rule uses exists, every rule has evidence.
+
+The compiler already rejects unknown fact paths, outputs, codes and backends in `set`; these checks
+cover what it cannot: literal values inside conditions (a misspelt device class makes a rule silently
+dead), codes used outside their range, `wins_over` declarations, and evidence.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from ..bundle import CompiledBundle, CompiledRule
+from ..catalog import KV_DTYPES, Catalog
+from ..codes import CodeRegistry
+from ..errors import closest
+from ..inputs import PACKAGES
+from ..yaml_lines import load_yaml
+
+# A description that cites where its behaviour comes from counts as evidence.
+CITATION = re.compile(r"(sglang|flashinfer|vllm)\s*(PR\s*)?#\d+|PR\s*#\d+|POLICY\.md|rules/catalog|flashinfer\s*>=",
+                      re.IGNORECASE)
+
+
+def _value_domains(catalog: Catalog) -> dict[str, tuple[list[str], str]]:
+    """fact path → (valid literal values, what they are)."""
+    backends = catalog.backend_names
+    kv = ["auto", *KV_DTYPES]
+    return {
+        "device.class": (list(catalog.device_doc.classes), "device class"),
+        "device.name": (catalog.device_choices, "catalog device"),
+        "device.vendor": (["nvidia", "amd", "cpu"], "vendor"),
+        "model.family": (list(catalog.model_doc.families), "model family"),
+        "model.id": (catalog.model_ids, "catalog model"),
+        "config.kv_cache_dtype": (kv, "KV dtype"),
+        "out.kv_cache_dtype": (list(KV_DTYPES), "KV dtype"),
+        "config.nsa_prefill_backend": (backends, "backend"),
+        "config.nsa_decode_backend": (backends, "backend"),
+        "out.prefill_backend": (backends, "backend"),
+        "out.decode_backend": (backends, "backend"),
+        "cap.prefill.status": (["supported", "degraded", "unsupported"], "capability status"),
+        "cap.decode.status": (["supported", "degraded", "unsupported"], "capability status"),
+    }
+
+
+def _literals(pred: Any) -> list:
+    if isinstance(pred, dict):
+        out = []
+        for op, arg in pred.items():
+            if op in ("eq", "ne") and not isinstance(arg, dict):
+                out.append(arg)
+            elif op in ("in", "not_in") and isinstance(arg, list):
+                out.extend(arg)
+        return out
+    if isinstance(pred, (list, tuple)) or pred is None:
+        return []
+    return [pred]
+
+
+def _leaves(node: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key, val in node.items():
+            if key in ("all", "any"):
+                for sub in val or []:
+                    yield from _leaves(sub)
+            elif key == "not":
+                yield from _leaves(val)
+            else:
+                yield str(key), val
+
+
+def literal_problems(rule: CompiledRule, catalog: Catalog) -> Iterator[str]:
+    domains = _value_domains(catalog)
+    known_pkgs = set(PACKAGES) | {spec.package for spec in catalog.backends.values()}
+    for path, pred in _leaves(rule.spec.when):
+        if path.startswith("pkg.") and path[4:] not in known_pkgs:
+            yield f"condition reads {path}, a package nothing installs; known: {', '.join(sorted(known_pkgs))}"
+        dom = domains.get(path)
+        if dom is None:
+            continue
+        valid, what = dom
+        for lit in _literals(pred):
+            if lit is not None and lit not in valid:
+                near = closest(lit, valid)
+                yield (f"condition on {path} names {lit!r}, not a {what}"
+                       + (f"; did you mean {near!r}?" if near else f"; valid: {', '.join(map(str, valid))}"))
+    for out, value in rule.sets:
+        if out == "kv_cache_dtype" and isinstance(value, str) and value not in KV_DTYPES:
+            yield f"set.kv_cache_dtype {value!r} is not one of {', '.join(KV_DTYPES)}"
+
+
+def code_problems(rule: CompiledRule, bundle: CompiledBundle, codes: CodeRegistry) -> Iterator[str]:
+    if rule.emit is None:
+        return
+    code = rule.emit.code
+    if code.startswith("NSA4"):
+        yield f"emits {code}, a lint-only code (NSA4xx); policy bundles use NSA0xx-NSA3xx"
+    if code.startswith("NSA3") and not bundle.compat:
+        yield f"emits {code}, an sglang-bug code (NSA3xx) meant for compatibility bundles only"
+    doc = codes.codes.get(code)
+    if doc is not None and rule.level != doc.level:
+        yield f"emits {code} at level {rule.level}, but rules/codes.yaml says {doc.level}"
+
+
+def wins_over_problems(bundle: CompiledBundle) -> Iterator[tuple[CompiledRule, str]]:
+    for stage, rules in bundle.stages.items():
+        ids = [r.id for r in rules]
+        for pos, rule in enumerate(rules):
+            for pattern in rule.spec.wins_over:
+                later = [i for i in ids[pos + 1:] if fnmatch.fnmatchcase(i, pattern)]
+                if not later:
+                    earlier = [i for i in ids[:pos] if fnmatch.fnmatchcase(i, pattern)]
+                    why = (f"{', '.join(earlier)} comes before it, so it cannot win over it by order" if earlier
+                           else f"no rule of stage {stage!r} matches it")
+                    near = closest(pattern, ids)
+                    yield rule, (f"wins_over {pattern!r}: {why}"
+                                 + (f"; did you mean {near!r}?" if near and not earlier else ""))
+
+
+def declared_wins(rule: CompiledRule, other_id: str) -> bool:
+    return any(fnmatch.fnmatchcase(other_id, p) for p in rule.spec.wins_over)
+
+
+def _folder_source(origin: str, bundle: CompiledBundle) -> Optional[str]:
+    """The `source:` of the bundle folder a rule is declared in."""
+    folder = origin.rsplit(":", 1)[0].rsplit("/", 1)[0].rsplit("/", 1)[-1]
+    for f in bundle.files:
+        p = Path(f)
+        if p.name == "bundle.yaml" and p.parent.name == folder:
+            data = load_yaml(p)
+            return data.get("source") if isinstance(data, dict) else None
+    return None
+
+
+def evidence_basis(rule: CompiledRule, bundle: CompiledBundle, codes: CodeRegistry) -> Optional[str]:
+    """Where a rule's evidence is, or None: its own evidence, its code's, a citation, its bundle's source."""
+    if rule.evidence:
+        return "evidence: " + "; ".join(rule.evidence)
+    if rule.emit is not None:
+        doc = codes.codes.get(rule.emit.code)
+        if doc is not None and doc.evidence:
+            return f"code {rule.emit.code}: " + "; ".join(doc.evidence)
+    m = CITATION.search(rule.description)
+    if m:
+        return f"description cites {m.group(0)}"
+    source = _folder_source(rule.origin, bundle)
+    if source:
+        return f"bundle source: {source}"
+    return None
