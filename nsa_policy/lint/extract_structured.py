@@ -269,10 +269,14 @@ class Structured:
 
     def config(self, node: N) -> Optional[Launch]:
         keys = [k.value for k, _ in node.pairs if isinstance(k.value, str)]
+        known = sum(1 for k in keys if self.reg.get(k) is not None)
+        # One key alone ({kv_cache_dtype: x}) is too little to call a mapping a server configuration, and
+        # so is a record whose keys are mostly something else (a decision, a benchmark result).
+        if known < 2:
+            return None
         dsa = any(self.reg.is_dsa_key(k) for k in keys)
         model = any(k in ("model-path", "model_path") for k in keys)
-        known = sum(1 for k in keys if self.reg.get(k) is not None)
-        if not (dsa or (model and known >= 2)):
+        if not (model or (dsa and 2 * known >= len(keys))):
             return None
         args = []
         for k, v in node.pairs:

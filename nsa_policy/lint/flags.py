@@ -46,7 +46,7 @@ def field_kind(field: str) -> str:
 class FlagRegistry:
     def __init__(self, data: dict):
         self.dsa_spelling_since: str = str(data["dsa_spelling_since"])
-        self.deprecated: dict[str, str] = dict(data.get("deprecated_spellings") or {})
+        self.deprecated: dict[str, str] = {old: new for old, new in data.get("deprecated_spellings") or []}
         store_true = set(data.get("store_true") or [])
         valued = set(data.get("valued") or [])
         aliases: dict[str, str] = dict(data.get("aliases") or {})

@@ -115,3 +115,13 @@ def test_every_code_has_documentation() -> None:
     assert bad.exit_code == 2 and "did you mean" in bad.output
     as_json = json.loads(runner.invoke(app, ["rule", "NSA202", "--json"]).output)
     assert as_json["code"] == "NSA202" and as_json["name"] == "removed-128k-override"
+
+
+def test_exclude_option(tmp_path, monkeypatch) -> None:
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "old.env").write_text("SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=abc\n")
+    (tmp_path / "new.env").write_text("SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=2048\n")
+    monkeypatch.chdir(tmp_path)
+    assert run_lint(".").exit_code == 1
+    result = run_lint(".", "--exclude", "legacy/")
+    assert result.exit_code == 0 and "1 file(s) scanned" in result.output

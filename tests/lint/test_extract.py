@@ -151,3 +151,29 @@ def test_helm_template_is_skipped_and_said(tmp_path) -> None:
     (tmp_path / "t.yaml").write_text("args:\n{{- range .Values.sglang.args }}\n  - {{ . }}\n{{- end }}\n")
     report = lint_paths([str(tmp_path)])
     assert report.diagnostics == [] and report.templates_skipped == [str(tmp_path / "t.yaml")]
+
+
+def test_launch_inside_a_shell_function(tmp_path) -> None:
+    [la] = launches(tmp_path, "f.sh", """\
+        start() {
+          local B=trtllm
+          python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --nsa-prefill-backend $B
+        }
+        if [ -n "$X" ]; then start; fi
+        """)
+    assert args(la) == [("--model-path", "deepseek-ai/DeepSeek-V3.2", 3), ("--nsa-prefill-backend", "trtllm", 3)]
+
+
+def test_non_utf8_file_is_one_diagnostic(tmp_path) -> None:
+    (tmp_path / "bin.json").write_bytes(b'\xff\xfe{"a": 1}')
+    (tmp_path / "ok.env").write_text("SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=131072\n")
+    report = lint_paths([str(tmp_path)])
+    assert sorted((d.code, d.loc.path.rsplit("/", 1)[-1]) for d in report.diagnostics if d.level != "info") == [
+        ("NSA202", "ok.env"), ("NSA404", "bin.json")]
+    assert "not UTF-8" in next(d.message for d in report.diagnostics if d.code == "NSA404")
+
+
+def test_server_config_needs_more_than_one_key(tmp_path) -> None:
+    assert launches(tmp_path, "rule.yaml", "set: {kv_cache_dtype: fp8_e4m3}\n") == []
+    assert launches(tmp_path, "result.json", '{"kv_cache_dtype": "bfloat16", "page_size": 64, "a": 1, "b": 2, "c": 3}') == []
+    assert len(launches(tmp_path, "cfg.yaml", "kv-cache-dtype: bfloat16\npage-size: 64\n")) == 1
