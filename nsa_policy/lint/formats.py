@@ -95,9 +95,13 @@ def render_sarif(report: LintReport) -> str:
         })
     results = []
     for d in report.diagnostics:
-        uri = d.loc.path.replace(os.sep, "/")
-        if uri.startswith("./"):
-            uri = uri[2:]
+        if os.path.isabs(d.loc.path):
+            from pathlib import Path
+
+            uri = Path(d.loc.path).as_uri()
+        else:
+            uri = d.loc.path.replace(os.sep, "/")
+            uri = uri[2:] if uri.startswith("./") else uri
         loc = {"physicalLocation": {"artifactLocation": {"uri": uri}, "region": {"startLine": d.loc.line, "startColumn": d.loc.col}}}
         if not os.path.isabs(d.loc.path):
             loc["physicalLocation"]["artifactLocation"]["uriBaseId"] = "%SRCROOT%"

@@ -7,7 +7,7 @@ from bisect import bisect_right
 from .model import Hint, Location
 
 HINT_KEYS = ("device", "model", "policy", "sglang")
-_HINT = re.compile(r"nsa-policy:\s*(.*)")
+_HINT = re.compile(r"#[^\n]*?nsa-policy:[ \t]*([^\n]*)")  # in a comment only: values in data are read per document
 _PAIR = re.compile(r"([A-Za-z_-]+)\s*=\s*([^\s,;'\"]+)")
 _IMAGE = re.compile(r"sglang:v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)")
 _PIN = re.compile(r"\bsglang(?:\[[^\]]*\])?==(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)")
@@ -36,7 +36,7 @@ class LineIndex:
 
 
 def comment_hints(text: str, index: LineIndex, path: str) -> tuple[list[Hint], list[tuple[str, str, Location]]]:
-    """Hints from `nsa-policy: device=b200 model=… policy=… sglang=…` anywhere in the text, and the
+    """Hints from `# nsa-policy: device=b200 model=… policy=… sglang=…` comments anywhere in the text, and the
     version of sglang the file targets from an image tag or a pip pin. Returns (hints, bad keys)."""
     hints: list[Hint] = []
     bad: list[tuple[str, str, Location]] = []

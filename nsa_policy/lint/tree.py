@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
@@ -220,7 +219,19 @@ def _split_key(key: str) -> tuple[str, ...]:
     return tuple(p[1:-1] if p[:1] in "\"'" else p for p in parts)
 
 
+def _toml_module():
+    try:
+        import tomllib  # Python 3.11+
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise ParseError("reading TOML needs Python 3.11+ (tomllib) or the tomli package") from None
+    return tomllib
+
+
 def toml_document(text: str, index: LineIndex) -> N:
+    tomllib = _toml_module()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

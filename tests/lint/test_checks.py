@@ -160,3 +160,34 @@ def test_identical_duplicates_are_not_conflicts(tmp_path) -> None:
         python -m sglang.launch_server --model-path {DS} --tp 8 --tp-size 8 --dp 8 --enable-dp-attention
         """)
     assert findings(r) == []
+
+
+def test_kubernetes_annotations_name_the_device(tmp_path) -> None:
+    r = lint_text(tmp_path, "dep.yaml", f"""\
+        metadata:
+          annotations:
+            nsa-policy/device: h200
+        spec:
+          containers:
+            - command: [python3, -m, sglang.launch_server, --model-path, {DS}, --nsa-decode-backend, flashmla_auto]
+        ---
+        metadata:
+          annotations:
+            nsa-policy: "device=b200 model={DS}"
+        spec:
+          containers:
+            - args: [--model-path, /weights, --kv-cache-dtype, fp8_e4m3, --nsa-decode-backend, flashmla_auto]
+        """)
+    assert findings(r) == [("NSA101", 6), ("NSA101", 13), ("NSA208", 6)]  # each document has its own device
+    errors = [d for d in r.diagnostics if d.code == "NSA101"]
+    assert [("sm90" in d.message, "sm100" in d.message) for d in errors] == [(True, False), (False, True)]
+
+
+def test_sarif_uses_file_uris_for_absolute_paths(tmp_path) -> None:
+    import json
+
+    from nsa_policy.lint.formats import render_sarif
+
+    r = lint_text(tmp_path, "x.env", "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=131072\n")
+    res = json.loads(render_sarif(r))["runs"][0]["results"]
+    assert {x["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for x in res} == {(tmp_path / "x.env").as_uri()}
