@@ -116,7 +116,7 @@ class Checker:
                              else f"Keep one of the two on line {arg.loc.line}.")))
         config = self._config(by_field, out)
         env = self._env(launch, newer, out)
-        model, model_loc = self._model(launch, by_field, out)
+        model = self._model(launch, by_field, out, policy)
         devices = self._devices(launch, out)
         if not devices:
             out.append(self.diag("NSA405", "no device known for this launch: device-dependent checks ("
@@ -208,7 +208,7 @@ class Checker:
                 del env[name]
         return env
 
-    def _model(self, launch: Launch, by_field: dict, out: list) -> tuple[Optional[ModelFacts], Optional[Location]]:
+    def _model(self, launch: Launch, by_field: dict, out: list, policy: str) -> Optional[ModelFacts]:
         candidates: list[tuple[str, Location, str]] = []
         args = by_field.get("model_path")
         if args and not args[-1].unresolved and isinstance(args[-1].value, str):
@@ -219,17 +219,17 @@ class Checker:
         for value, loc, source in candidates:
             model = self.resolve_model(value)
             if model is not None:
-                return model, loc
+                return model
             if source in ("comment", "annotation"):
                 out.append(self.diag("NSA407", f"{source}: model {value!r} is neither in the model catalog nor a "
                                                f"known non-DSA model", loc,
                                      alternatives=tuple(filter(None, [closest(value, self.catalog.model_ids)]))))
         what = f"model {candidates[0][0]!r} is not in the model catalog" if candidates else "no model is given"
         out.append(self.diag("NSA408", f"{what}: model-dependent checks ("
-                             + ", ".join(skipped_codes(self.opts.policy, device=False, model=True))
+                             + ", ".join(skipped_codes(policy, device=False, model=True))
                              + ") were skipped; add a comment 'nsa-policy: model=ID'",
                              candidates[0][1] if candidates else launch.loc))
-        return None, None
+        return None
 
     def resolve_model(self, value: str) -> Optional[ModelFacts]:
         if value not in self._models:  # a failed catalog lookup computes a closest name: remember the answer
@@ -342,7 +342,7 @@ def _convert(field: str, value: Any) -> tuple[Any, Optional[str]]:
         if text in ("false", "0", "no"):
             return False, None
         return None, "expected true or false"
-    if value is None or value is True and kind != "bool":
+    if value is None or value is True:  # a valued flag written bare, or with nothing after it
         return None, "the flag needs a value"
     if kind == "int":
         if isinstance(value, bool):

@@ -8,7 +8,7 @@ from typing import Optional
 from .cliargs import parse_cli
 from .extract_shell import ShellState, launches_in_shell
 from .extract_structured import _launch_start_texts
-from .model import EnvValue, FileScan, Launch, Location
+from .model import EnvValue, FileScan, Launch
 from .shell import Expander, split_commands
 from .text import LineIndex
 from .tree import ParseError, json_document
@@ -122,4 +122,3 @@ def _shell_launch(form: tuple, st: _Stage, path: str, index: LineIndex) -> list[
     return launches_in_shell(form[1], form[2], index, path, state, "dockerfile")
 
 
-__all__ = ["scan_dockerfile", "Location"]

@@ -5,7 +5,6 @@ import json
 import os
 from itertools import groupby
 
-from .model import Diagnostic
 from .runner import LintReport
 
 FORMATS = ("text", "json", "github", "sarif")

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
 
-from nsa_policy.lint import LintOptions, lint_paths
+from nsa_policy.lint import lint_paths
 from nsa_policy.lint.runner import LintReport, scan_file
 
 
