@@ -83,7 +83,29 @@ def _alternatives(spec: Optional[dict], ns: FactNamespace, catalog: Catalog) -> 
             if any(all(catalog.valid_backends(p, cls, k, topk) for p in ("prefill", "decode")) for k in KV_DTYPES):
                 seen.append(cls)
         return tuple(seen)
+    if kind == "backends_or_kv_dtypes":
+        # The valid backends of this phase; when none runs this KV dtype here, the KV dtypes that would.
+        found = _alternatives({"backends": arg}, ns, catalog)
+        if found or kv is None:
+            return found
+        return tuple(f"kv_cache_dtype {k}" for k in _alternatives({"kv_dtypes": True}, ns, catalog))
+    if kind == "parallel":
+        return _parallel_alternatives(arg, ns)
     return ()
+
+
+def _parallel_alternatives(what: str, ns: FactNamespace) -> tuple[str, ...]:
+    """Shapes that divide evenly: dp sizes for this tp_size, or attention-TP sizes for these heads."""
+    heads = ns["model.num_attention_heads"]
+    dp, dp_attn = ns["config.dp_size"], ns["config.enable_dp_attention"]
+    tp = ns["config.tp_size"] or (dp if dp_attn else 1)
+    if what == "dp_size":
+        return tuple(f"dp_size {d}" for d in range(1, tp + 1)
+                     if tp % d == 0 and (not heads or heads % (tp // d) == 0))
+    if not heads:
+        return ()
+    flag = "tp_size/dp_size" if dp_attn else "tp_size"
+    return tuple(f"{flag} {a}" for a in range(1, heads + 1) if heads % a == 0)
 
 
 def _render(rule: CompiledRule, ns: FactNamespace, alts: tuple[str, ...]) -> str:

@@ -1,0 +1,112 @@
+"""Commands `check`, `diff` and `matrix`: prove a bundle, compare two, draw the support matrix."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ._common import EXIT_OK, EXIT_REJECTED, fail_usage
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check)
+    app.command("diff")(diff)
+    app.command("matrix")(matrix)
+
+
+def _format(fmt: str, allowed: tuple[str, ...], as_json: bool):
+    from ..errors import InputError
+
+    if fmt not in allowed:
+        raise fail_usage(InputError("--format", fmt, list(allowed)), as_json)
+
+
+def check(
+    policy: Optional[List[str]] = typer.Option(None, "--policy",
+                                               help="Bundle name or rule folder (repeatable; default: every shipped bundle)."),
+    cases: Optional[List[str]] = typer.Option(None, "--cases", help="Case files or folders: report which rules they exercise."),
+    fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: up to 2)."),
+) -> None:
+    """Check bundles over the whole enumerated input space; exit 1 on any finding."""
+    from ..bundle import concrete_bundles
+    from ..errors import NsaPolicyError
+    from ..verify.check import check_bundle, render_json, render_markdown, render_text
+    from ..verify.coverage import load_case_files
+
+    fmt = "json" if as_json else fmt
+    _format(fmt, ("text", "markdown", "json"), fmt == "json")
+    try:
+        loaded = load_case_files(list(cases)) if cases else None
+        reports = [check_bundle(p, workers=workers, cases=loaded) for p in (policy or concrete_bundles())]
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, fmt == "json")
+    if fmt == "json":
+        print(render_json(reports))
+    else:
+        render = render_markdown if fmt == "markdown" else render_text
+        print("\n\n".join(render(r) for r in reports))
+    raise typer.Exit(EXIT_OK if all(r.ok for r in reports) else EXIT_REJECTED)
+
+
+def diff(
+    a: str = typer.Argument(..., help="Bundle name or rule folder (before)."),
+    b: str = typer.Argument(..., help="Bundle name or rule folder (after)."),
+    inputs: Optional[str] = typer.Option(None, "--inputs", help="A case file or YAML list of inputs, instead of the space."),
+    fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1),
+) -> None:
+    """Every input whose decision differs between two bundles, grouped into change classes."""
+    from ..errors import NsaPolicyError
+    from ..verify.check import load_for_check
+    from ..verify.diff import diff_inputs, diff_space, load_inputs, render_json, render_markdown, render_text
+
+    fmt = "json" if as_json else fmt
+    _format(fmt, ("text", "markdown", "json"), fmt == "json")
+    try:
+        ba, bb = load_for_check(a), load_for_check(b)
+        if inputs:
+            report = diff_inputs(ba, bb, load_inputs(inputs), inputs)
+        else:
+            report = diff_space(ba, bb, workers=workers, policy_a=a, policy_b=b)
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, fmt == "json")
+    text = {"json": render_json, "markdown": render_markdown, "text": render_text}[fmt](report)
+    if out:
+        out.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    raise typer.Exit(EXIT_OK)
+
+
+def matrix(
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write matrix.md, matrix.png and matrix.svg here."),
+    policy: str = typer.Option("default", "--policy", help="Whose default picks to mark."),
+    fmt: str = typer.Option("markdown", "--format", help="markdown or json (printed when no --out-dir)."),
+) -> None:
+    """The support matrix (backend × device × KV dtype × phase) as markdown, or PNG+SVG+markdown files."""
+    import json
+
+    from ..errors import NsaPolicyError
+    from ..verify.matrix import matrix_data, render_markdown, write_all
+
+    _format(fmt, ("markdown", "json"), fmt == "json")
+    try:
+        if out_dir is not None:
+            try:
+                import matplotlib  # noqa: F401
+            except ModuleNotFoundError:
+                print("nsa-policy: error: drawing the matrix needs matplotlib (pip install matplotlib)", file=sys.stderr)
+                raise typer.Exit(2)
+            for kind, path in write_all(out_dir, policy).items():
+                print(f"wrote {path}")
+            raise typer.Exit(EXIT_OK)
+        data = matrix_data(policy)
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, fmt == "json")
+    print(json.dumps(data) if fmt == "json" else render_markdown(data))
