@@ -46,8 +46,12 @@ def installed_version() -> Optional[str]:
     return None
 
 
+# Device-specific floors: trtllm-gen hangs on sm103 with 0.6.7, fixed in 0.6.7.post2 (sglang #21904).
+MIN_VERSION_ON = {("trtllm", "sm103"): "0.6.7.post2"}
+
+
 def check_version(backend: str, version: Optional[str], device_class: str) -> None:
-    needed = MIN_VERSION[backend]
+    needed = MIN_VERSION_ON.get((backend, device_class), MIN_VERSION[backend])
     if version is None:
         raise AdapterConfigError(
             f"backend {backend!r} on {device_class} needs flashinfer-python >= {needed}, which is not "

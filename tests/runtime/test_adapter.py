@@ -339,6 +339,7 @@ def test_backend_on_the_wrong_device_is_refused(fake_flashinfer):
     ("trtllm", "sm100", "bf16-576", "0.6.5", "0.6.7"),
     ("fa3", "sm90", "bf16-576", "0.5.3", "0.6.7"),
     ("flashinfer_sparse_mla", "sm120", "fp8-656-blockwise", "0.6.7.post2", "0.6.14"),
+    ("trtllm", "sm103", "bf16-576", "0.6.7", "0.6.7.post2"),  # the sm103 hang, sglang #21904
 ])
 def test_too_old_flashinfer_is_refused(fake_flashinfer, backend, device_class, layout, old, needed):
     fi = types.SimpleNamespace(**{**vars(fake_flashinfer), "__version__": old})
@@ -372,3 +373,11 @@ def test_one_phase_adapter_and_explicit_override(fake_flashinfer):
     b = build(decision(), device_class="sm90", prefill_backend="fa3", flashinfer=fake_flashinfer,
               workspace_bytes=1024)
     assert b.backends == {"prefill": "fa3", "decode": "fa3"}
+
+
+def test_version_order_handles_post_releases():
+    from nsa_policy.runtime._flashinfer import parse_version
+    ordered = ["0.5.3", "0.6.7", "0.6.7.post2", "0.6.8", "0.6.14", "0.7.4"]
+    assert sorted(ordered, key=parse_version) == ordered
+    with pytest.raises(ValueError, match="cannot parse"):
+        parse_version("dev")
