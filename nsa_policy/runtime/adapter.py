@@ -10,7 +10,7 @@ lengths, are the same for every layer).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -18,7 +18,7 @@ import torch
 from . import _flashinfer
 from .device import DeviceLike, as_device, detect_device_class
 from .errors import AdapterConfigError
-from .quant import BYTES_656, dequantize_fp8_656, dequantize_fp8_per_tensor
+from .quant import BYTES_656, FP8_MAX, dequantize_fp8_656, dequantize_fp8_per_tensor
 from .reference import HEAD_DIM_QK, KV_LORA_RANK, sparse_mla_reference
 from .transforms import (
     cumulative_extend_lens, transform_index_page_table_decode,
@@ -73,7 +73,7 @@ class ForwardPlan:
     wrapper: Any = None
     generation: int = 0
     num_heads: Optional[int] = None
-    extra: dict = field(default_factory=dict)
+    q_dtype: Optional[torch.dtype] = None
 
 
 def _causal_lengths(extend_lens: Sequence[int], seq_lens: Sequence[int]) -> torch.Tensor:
@@ -290,7 +290,8 @@ class SparseMLAAdapter:
             kv_len_arr=plan.kv_lens, num_heads=heads, softmax_scale=plan.softmax_scale,
             q_dtype=q_dtype, kv_dtype=torch.bfloat16))
         self._generation[plan.phase] += 1
-        plan.wrapper, plan.generation, plan.num_heads = wrapper, self._generation[plan.phase], heads
+        plan.wrapper, plan.generation = wrapper, self._generation[plan.phase]
+        plan.num_heads, plan.q_dtype = heads, q_dtype
 
     # ------------------------------------------------------------------ per layer
     def prefill(self, q: torch.Tensor, kv_cache: torch.Tensor, topk_indices: torch.Tensor,
@@ -355,8 +356,9 @@ class SparseMLAAdapter:
             raise ValueError(f"q has {q_nope.shape[0]} tokens but topk_indices has {num_tokens} rows")
         return q_nope, q_pe
 
-    def _kv_rows(self, kv_cache: torch.Tensor) -> torch.Tensor:
-        """The pool as [N, row] (576 elements, or 656 bytes for fp8-656)."""
+    def _kv_rows(self, kv_cache: torch.Tensor, allow_fp32: bool = False) -> torch.Tensor:
+        """The pool as [N, row] (576 elements, or 656 bytes for fp8-656). fp32 is accepted for
+        a bf16-576 layout only by the torch reference."""
         if self.kv_cache_layout == "fp8-656-blockwise":
             if kv_cache.element_size() != 1 or kv_cache.shape[-1] != BYTES_656:
                 raise ValueError(f"fp8-656-blockwise kv_cache must be bytes [..., {BYTES_656}], got "
@@ -366,7 +368,7 @@ class SparseMLAAdapter:
             raise ValueError(f"{self.kv_cache_layout} kv_cache must be [..., {HEAD_DIM_QK}], got "
                              f"{tuple(kv_cache.shape)}")
         want = torch.float8_e4m3fn if self.kv_cache_layout == "fp8-576-per-tensor" else torch.bfloat16
-        if kv_cache.dtype != want and not (want == torch.bfloat16 and kv_cache.dtype == torch.float32):
+        if kv_cache.dtype != want and not (allow_fp32 and want == torch.bfloat16 and kv_cache.dtype == torch.float32):
             raise ValueError(f"{self.kv_cache_layout} kv_cache must be {want}, got {kv_cache.dtype}")
         return kv_cache.reshape(-1, HEAD_DIM_QK)
 
@@ -386,7 +388,7 @@ class SparseMLAAdapter:
                                                  impl=self.transform_impl)
 
     def _run_torch(self, phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan, k_scale):
-        rows = self._kv_rows(kv_cache)
+        rows = self._kv_rows(kv_cache, allow_fp32=True)
         if self.kv_cache_layout == "fp8-656-blockwise":
             kv = dequantize_fp8_656(rows, torch.float32)
         elif self.kv_cache_layout == "fp8-576-per-tensor":
@@ -405,8 +407,9 @@ class SparseMLAAdapter:
         if topk_indices.shape[0] != plan.num_tokens:
             raise ValueError(f"the plan is for {plan.num_tokens} tokens, topk_indices has "
                              f"{topk_indices.shape[0]} rows")
-        if q_nope.shape[1] != plan.num_heads:
-            raise ValueError(f"the plan is for {plan.num_heads} heads, q has {q_nope.shape[1]}")
+        if q_nope.shape[1] != plan.num_heads or q_nope.dtype != plan.q_dtype:
+            raise ValueError(f"the plan is for {plan.num_heads} heads of {plan.q_dtype}, q has "
+                             f"{q_nope.shape[1]} of {q_nope.dtype}")
         transform_into_csr(page_table, topk_indices, plan.cu_extend_lens, self.table_page_size,
                            plan.kv_indptr, plan.kv_indices, pad_slot=0, impl=self.transform_impl)
         rows = self._kv_rows(kv_cache).view(-1, 1, HEAD_DIM_QK)
@@ -425,7 +428,8 @@ class SparseMLAAdapter:
         q = torch.cat([q_nope, q_pe], dim=-1)
         if self.kv_cache_layout == "fp8-576-per-tensor":
             # trtllm-gen wants q and KV in one dtype; the scales are folded into bmm1/bmm2.
-            query = (q.to(torch.float32) / q_scale).to(torch.float8_e4m3fn)
+            # (clamped: a cast past ±448 would give NaN, e4m3fn has no infinity)
+            query = (q.to(torch.float32) / q_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
             bmm1, bmm2 = q_scale * k_scale * plan.softmax_scale, k_scale
         else:
             query = q.to(torch.bfloat16)
