@@ -57,6 +57,9 @@ def test_prefill_matches_naive_loop(batch, impl):
                       dtype=torch.int64, device=DEVICE)
     out2 = transform_index_page_table_prefill(pt, tk, page_size=page_size, cu_extend_lens=cu, impl=impl)
     assert out2.tolist() == expected
+    # and so does a device tensor of per-request lengths
+    lens = torch.tensor(extend_lens, dtype=topk.dtype, device=DEVICE)
+    assert transform_index_page_table_prefill(pt, tk, lens, page_size, impl=impl).tolist() == expected
 
 
 @settings(max_examples=150, deadline=None)
