@@ -33,6 +33,7 @@ class ChangeClass:
     transitions: Counter = field(default_factory=Counter)
     region: dict = field(default_factory=dict)  # dimension → set of labels
     blocks: set = field(default_factory=set)  # blocks of the space it has inputs in
+    rules: set = field(default_factory=set)  # the rules behind a status or finding change
     best: Optional[tuple] = None
     example: Optional[dict] = None
 
@@ -42,15 +43,23 @@ class ChangeClass:
             more = f" (+{len(self.transitions) - 4} more)" if len(self.transitions) > 4 else ""
             return f"{FIELD_TITLES.get(self.what, self.what)}: {moves}{more}"
         if self.kind == "status":
-            (a, b), = self.transitions.most_common(1)
-            return f"{a} → {b}"
-        return f"{'new' if self.kind == 'code-added' else 'no longer'} {self.what}"
+            ((a, b), _), = self.transitions.most_common(1)
+            code = self.cause_a or self.cause_b
+            return f"{a} → {b}" + (f" (first error {code})" if code else "")
+        from ..codes import load_codes
+
+        doc = load_codes().codes.get(self.what)
+        about = f" ({doc.summary})" if doc is not None else ""
+        return f"{'new' if self.kind == 'code-added' else 'no longer'} {self.what}{about}"
 
     def cause(self) -> str:
+        rules = ", ".join(sorted(self.rules))
         if self.kind == "code-added":
-            return f"emitted by {self.cause_b}"
+            return f"emitted by {rules}"
         if self.kind == "code-removed":
-            return f"was emitted by {self.cause_a}"
+            return f"was emitted by {rules}"
+        if self.kind == "status":
+            return f"errors from {rules}" if rules else "no errors any more"
         return f"{self.cause_a or '-'} → {self.cause_b or '-'}"
 
 
@@ -67,7 +76,7 @@ class DiffReport:
     def to_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "inputs": self.inputs, "changed": self.changed, "source": self.source,
                 "classes": [{"kind": c.kind, "what": c.what, "title": c.title(), "cause_a": c.cause_a,
-                             "cause_b": c.cause_b, "inputs": c.count,
+                             "cause_b": c.cause_b, "rules": sorted(c.rules), "inputs": c.count,
                              "transitions": [{"from": a, "to": b, "inputs": n}
                                              for (a, b), n in c.transitions.most_common()],
                              "region": region_of(c, self.dimensions), "example": c.example} for c in self.classes]}
@@ -77,22 +86,30 @@ def _fmt(v: Any) -> str:
     return "unset" if v is None else str(v)
 
 
-def _errors_cause(codes: tuple) -> Optional[str]:
-    return ", ".join(sorted({rule for code, rule in codes if code[3] in "01"})) or None
+def _errors(codes: tuple) -> tuple[Optional[str], set]:
+    """(the primary error code — the lowest, the most basic — and the rules behind all errors)."""
+    errs = [(code, rule) for code, rule in codes if code[3] in "01"]
+    return (min(c for c, _ in errs) if errs else None), {r for _, r in errs}
 
 
 def changes(rec_a: tuple, rec_b: tuple) -> list[tuple]:
-    """(class key, transition) for every way two decisions of one input differ."""
+    """(class key, transition, rules behind it) for every way two decisions of one input differ.
+
+    A status change (accepted ↔ rejected) is one class per primary error code; outputs are compared
+    only where both sides accept (a rejected decision's outputs are never used), and findings only
+    where both sides agree on the status."""
     out = []
     sa, va, ca, codes_a = rec_a
     sb, vb, cb, codes_b = rec_b
     if sa != sb:
-        out.append((("status", "status", _errors_cause(codes_a) if sa == "rejected" else None,
-                     _errors_cause(codes_b) if sb == "rejected" else None), (sa, sb)))
-    if "n/a" not in (sa, sb):
+        ea, ra = _errors(codes_a) if sa == "rejected" else (None, set())
+        eb, rb = _errors(codes_b) if sb == "rejected" else (None, set())
+        out.append((("status", "status", ea, eb), (sa, sb), ra | rb))
+        return out
+    if sa == "accepted":
         for i, name in enumerate(RECORD_FIELDS):
             if va[i] != vb[i]:
-                out.append((("output", name, ca[i], cb[i]), (va[i], vb[i])))
+                out.append((("output", name, ca[i], cb[i]), (va[i], vb[i]), set()))
     by_code_a: dict[str, set] = {}
     by_code_b: dict[str, set] = {}
     for code, rule in codes_a:
@@ -100,9 +117,9 @@ def changes(rec_a: tuple, rec_b: tuple) -> list[tuple]:
     for code, rule in codes_b:
         by_code_b.setdefault(code, set()).add(rule)
     for code in sorted(set(by_code_a) - set(by_code_b)):
-        out.append((("code-removed", code, ", ".join(sorted(by_code_a[code])), None), (code, None)))
+        out.append((("code-removed", code, None, None), (code, None), by_code_a[code]))
     for code in sorted(set(by_code_b) - set(by_code_a)):
-        out.append((("code-added", code, None, ", ".join(sorted(by_code_b[code]))), (None, code)))
+        out.append((("code-added", code, None, None), (None, code), by_code_b[code]))
     return out
 
 
@@ -110,10 +127,11 @@ def _group(pairs: Iterable[tuple[tuple, tuple, dict, tuple, dict]]) -> list[Chan
     """pairs: (record A, record B, block, region labels, sort key, example) → change classes."""
     classes: dict[tuple, ChangeClass] = {}
     for rec_a, rec_b, block, region, key, example in pairs:
-        for ckey, move in changes(rec_a, rec_b):
+        for ckey, move, rules in changes(rec_a, rec_b):
             c = classes.get(ckey)
             if c is None:
                 c = classes[ckey] = ChangeClass(*ckey)
+            c.rules |= rules
             c.count += 1
             c.transitions[move] += 1
             c.blocks.add(block)

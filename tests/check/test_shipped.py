@@ -1,0 +1,33 @@
+"""`check` over every shipped bundle: no findings, every rule fires and takes effect somewhere."""
+from __future__ import annotations
+
+from nsa_policy.bundle import concrete_bundles, get_bundle
+
+
+def test_every_shipped_bundle_is_checked(shipped_reports):
+    assert set(shipped_reports) == set(concrete_bundles()) >= {"default", "sglang-0.5.10", "sglang-pre-21783"}
+
+
+def test_shipped_bundles_have_no_findings(shipped_reports):
+    for name, report in shipped_reports.items():
+        assert report.ok, f"{name}: " + "; ".join(f"[{i.kind}] {i.subject}: {i.message}" for i in report.issues)
+
+
+def test_every_rule_fires_and_takes_effect_somewhere(shipped_reports):
+    for name, report in shipped_reports.items():
+        assert [r["id"] for r in report.rules] == [r.id for r in get_bundle(name).rules]
+        for row in report.rules:
+            assert row["matched"] > 0 and row["effective"] > 0, (name, row)
+            assert row["evidence"], (name, row["id"])
+
+
+def test_the_space_is_the_documented_size(shipped_reports):
+    report = shipped_reports["default"]
+    sizes = {b["block"]: b["inputs"] for b in report.space}
+    assert sum(sizes.values()) == report.inputs > 20000
+    dims = {b["block"]: b["dimensions"] for b in report.space}
+    # one capability spec per class group; sm120 stands for sm121, gfx942 for gfx950 (proved equivalent)
+    assert "sm120" in dims["backends"]["device"] and "sm121" not in dims["backends"]["device"]
+    assert dims["backends"]["kv_cache_dtype"] == ["auto", "bfloat16", "fp8_e4m3"]
+    assert "fp8_e5m2" in dims["input"]["kv_cache_dtype"]
+    assert len(dims["backends"]["prefill"]) == 10  # unset + every backend name
