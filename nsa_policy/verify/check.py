@@ -291,7 +291,8 @@ def render_text(report: CheckReport) -> str:
 def render_coverage(cov: dict) -> list[str]:
     lines = [f"  case coverage: {cov['exercised']} of {cov['rules']} rules exercised by {cov['cases']} cases"]
     for rid, names in cov["by_rule"].items():
-        lines.append(f"    {rid:<48} {', '.join(names) if names else '-- not exercised'}")
+        shown = ", ".join(n.split(":", 1)[-1] for n in names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
+        lines.append(f"    {rid:<48} {shown if names else '-- not exercised'}")
     for note in cov.get("skipped", []):
         lines.append(f"    skipped: {note}")
     return lines

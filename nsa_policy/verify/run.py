@@ -12,6 +12,7 @@ Work is split over processes (fork) by index range; every aggregate keeps its mi
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import multiprocessing
 import os
 from dataclasses import dataclass, field
@@ -113,8 +114,12 @@ class Probe:
         return probed
 
 
+_COPIES = itertools.count(1)
+
+
 def probe_bundle(bundle: CompiledBundle, probe: Probe) -> CompiledBundle:
-    """A copy of the bundle whose rules report to the probe (a distinct digest keeps plans apart)."""
+    """A copy of the bundle whose rules report to the probe. Each copy gets its own digest: the
+    evaluator caches per-device rule plans by digest, and a plan must hold this copy's wrappers."""
     stages = {}
     for stage, rules in bundle.stages.items():
         out = []
@@ -123,7 +128,7 @@ def probe_bundle(bundle: CompiledBundle, probe: Probe) -> CompiledBundle:
             full = r.check
             out.append(dataclasses.replace(r, rest_check=probe.wrap(i, r.rest_check), check=probe.wrap(i, full)))
         stages[stage] = tuple(out)
-    return dataclasses.replace(bundle, stages=stages, digest=bundle.digest + "+probe")
+    return dataclasses.replace(bundle, stages=stages, digest=f"{bundle.digest}+probe{next(_COPIES)}")
 
 
 # ---------------------------------------------------------------- aggregates
@@ -353,7 +358,7 @@ def _near_range(bundle: CompiledBundle, space: Space, start: int, stop: int, tar
 
     stages = {stage: tuple(dataclasses.replace(r, device_check=None, rest_check=wrap(r)) if r.id in found else r
                            for r in rules) for stage, rules in bundle.stages.items()}
-    probed_bundle = dataclasses.replace(bundle, stages=stages, digest=bundle.digest + f"+near{id(found)}")
+    probed_bundle = dataclasses.replace(bundle, stages=stages, digest=f"{bundle.digest}+near{next(_COPIES)}")
     builder = FactsBuilder(catalog)
     for gi in range(start, stop):
         point = space.point(gi)

@@ -16,3 +16,20 @@ def test_case_coverage_of_default():
     assert cov["exercised"] + len(cov["not_exercised"]) == cov["rules"]
     # cases written for another policy are not counted against this one
     assert all(not name.startswith("sglang-0.5.10:") for names in cov["by_rule"].values() for name in names)
+
+
+def test_cli_check_with_cases():
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    files = [str(p) for p in case_files()]
+    args = ["check", "--policy", "sglang-0.5.10", "--json"] + [x for f in files for x in ("--cases", f)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    [report] = json.loads(result.output)["bundles"]
+    cov = report["coverage"]
+    assert cov["bundle"] == "sglang-0.5.10" and cov["cases"] > 0
+    assert "sglang-0.5.10:b200-fp8-user-prefill-overwritten" in cov["by_rule"]["sglang.backends.blackwell-fp8"]

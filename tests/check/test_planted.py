@@ -40,6 +40,10 @@ rules:
     description: Matches Hopper bf16, but backends.hopper-bf16 always filled both sides first.
     when: {device.class: sm90, out.kv_cache_dtype: bfloat16}
     set: {prefill_backend: tilelang, decode_backend: tilelang}
+  - id: planted.reads-page-size-early
+    description: Reads the page size in the backends stage, before the page_size stage decides it.
+    when: {device.class: sm100, out.page_size: null}
+    emit: {code: NSA204, message: "page size not decided yet"}
 """})
     return check_bundle(folder)
 
@@ -64,6 +68,12 @@ def test_always_overridden_rule_is_reported_with_a_minimal_example(unreachable_r
     assert not unreachable_report.ok
 
 
+def test_read_before_write_is_reported(unreachable_report):
+    [issue] = issues_of(unreachable_report, "order-read", "planted.reads-page-size-early")
+    assert "page-size.cuda" in issue.message and "64" in issue.message
+    assert issue.example["input"] == {"device": "sm100", "model": "deepseek-ai/DeepSeek-V3.2"}
+
+
 @pytest.fixture(scope="module")
 def trtllm_on_hopper_report(tmp_path_factory):
     folder = plant(tmp_path_factory.mktemp("p2"), "planted-invariant", {"35-planted.yaml": """\
@@ -74,8 +84,19 @@ rules:
     before: backends.hopper-bf16
     when: {device.class: sm90, out.kv_cache_dtype: bfloat16}
     set: {prefill_backend: trtllm}
+""", "75-planted.yaml": """\
+stage: validate
+# without these, a device with no backend is accepted with nothing decided
+drop: [validate.device-has-backend, validate.prefill-chosen, validate.decode-chosen]
 """})
     return check_bundle(folder)
+
+
+def test_undecided_inputs_are_reported(trtllm_on_hopper_report):
+    found = issues_of(trtllm_on_hopper_report, "undecided")
+    assert found, [i.kind for i in trtllm_on_hopper_report.issues]
+    assert any(i.example["input"] == {"device": "sm80", "model": "deepseek-ai/DeepSeek-V3.2"}
+               and "prefill_backend" in i.subject for i in found)
 
 
 def test_invariant_violation_is_reported_with_a_minimal_example(trtllm_on_hopper_report):
