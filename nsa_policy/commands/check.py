@@ -88,6 +88,8 @@ def matrix(
     out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write matrix.md, matrix.png and matrix.svg here."),
     policy: str = typer.Option("default", "--policy", help="Whose default picks to mark."),
     fmt: str = typer.Option("markdown", "--format", help="markdown or json (printed when no --out-dir)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Embed this image path in the printed markdown "
+                                                              "(e.g. docs/matrix.png for the README)."),
 ) -> None:
     """The support matrix (backend × device × KV dtype × phase) as markdown, or PNG+SVG+markdown files."""
     import json
@@ -109,4 +111,4 @@ def matrix(
         data = matrix_data(policy)
     except NsaPolicyError as exc:
         raise fail_usage(exc, fmt == "json")
-    print(json.dumps(data) if fmt == "json" else render_markdown(data))
+    print(json.dumps(data) if fmt == "json" else render_markdown(data, image=image), end="" if fmt != "json" else "\n")

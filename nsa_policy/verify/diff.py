@@ -34,6 +34,7 @@ class ChangeClass:
     region: dict = field(default_factory=dict)  # dimension → set of labels
     blocks: set = field(default_factory=set)  # blocks of the space it has inputs in
     rules: set = field(default_factory=set)  # the rules behind a status or finding change
+    also: Counter = field(default_factory=Counter)  # status changes: the other error codes alongside
     best: Optional[tuple] = None
     example: Optional[dict] = None
 
@@ -44,8 +45,9 @@ class ChangeClass:
             return f"{FIELD_TITLES.get(self.what, self.what)}: {moves}{more}"
         if self.kind == "status":
             ((a, b), _), = self.transitions.most_common(1)
-            code = self.cause_a or self.cause_b
-            return f"{a} → {b}" + (f" (first error {code})" if code else "")
+            if self.cause_b:
+                return f"{a} → {b} (first error {self.cause_b})"
+            return f"{a} → {b}" + (f" (was {self.cause_a})" if self.cause_a else "")
         from ..codes import load_codes
 
         doc = load_codes().codes.get(self.what)
@@ -59,7 +61,9 @@ class ChangeClass:
         if self.kind == "code-removed":
             return f"was emitted by {rules}"
         if self.kind == "status":
-            return f"errors from {rules}" if rules else "no errors any more"
+            also = ", ".join(f"{code} ({n})" for code, n in sorted(self.also.items()))
+            return (f"{self.cause_a or self.cause_b} from {rules}" + (f"; alongside: {also}" if also else "")
+                    if rules else "no errors any more")
         return f"{self.cause_a or '-'} → {self.cause_b or '-'}"
 
 
@@ -86,10 +90,13 @@ def _fmt(v: Any) -> str:
     return "unset" if v is None else str(v)
 
 
-def _errors(codes: tuple) -> tuple[Optional[str], set]:
-    """(the primary error code — the lowest, the most basic — and the rules behind all errors)."""
+def _errors(codes: tuple) -> tuple[Optional[str], set, set]:
+    """(the primary error code — the lowest, the most basic —, the rules emitting it, the other codes)."""
     errs = [(code, rule) for code, rule in codes if code[3] in "01"]
-    return (min(c for c, _ in errs) if errs else None), {r for _, r in errs}
+    if not errs:
+        return None, set(), set()
+    first = min(c for c, _ in errs)
+    return first, {r for c, r in errs if c == first}, {c for c, _ in errs if c != first}
 
 
 def changes(rec_a: tuple, rec_b: tuple) -> list[tuple]:
@@ -102,14 +109,14 @@ def changes(rec_a: tuple, rec_b: tuple) -> list[tuple]:
     sa, va, ca, codes_a = rec_a
     sb, vb, cb, codes_b = rec_b
     if sa != sb:
-        ea, ra = _errors(codes_a) if sa == "rejected" else (None, set())
-        eb, rb = _errors(codes_b) if sb == "rejected" else (None, set())
-        out.append((("status", "status", ea, eb), (sa, sb), ra | rb))
+        ea, ra, xa = _errors(codes_a) if sa == "rejected" else (None, set(), set())
+        eb, rb, xb = _errors(codes_b) if sb == "rejected" else (None, set(), set())
+        out.append((("status", "status", ea, eb), (sa, sb), (ra | rb, xa | xb)))
         return out
     if sa == "accepted":
         for i, name in enumerate(RECORD_FIELDS):
             if va[i] != vb[i]:
-                out.append((("output", name, ca[i], cb[i]), (va[i], vb[i]), set()))
+                out.append((("output", name, ca[i], cb[i]), (va[i], vb[i]), (set(), set())))
     by_code_a: dict[str, set] = {}
     by_code_b: dict[str, set] = {}
     for code, rule in codes_a:
@@ -117,9 +124,9 @@ def changes(rec_a: tuple, rec_b: tuple) -> list[tuple]:
     for code, rule in codes_b:
         by_code_b.setdefault(code, set()).add(rule)
     for code in sorted(set(by_code_a) - set(by_code_b)):
-        out.append((("code-removed", code, None, None), (code, None), by_code_a[code]))
+        out.append((("code-removed", code, None, None), (code, None), (by_code_a[code], set())))
     for code in sorted(set(by_code_b) - set(by_code_a)):
-        out.append((("code-added", code, None, None), (None, code), by_code_b[code]))
+        out.append((("code-added", code, None, None), (None, code), (by_code_b[code], set())))
     return out
 
 
@@ -127,11 +134,12 @@ def _group(pairs: Iterable[tuple[tuple, tuple, dict, tuple, dict]]) -> list[Chan
     """pairs: (record A, record B, block, region labels, sort key, example) → change classes."""
     classes: dict[tuple, ChangeClass] = {}
     for rec_a, rec_b, block, region, key, example in pairs:
-        for ckey, move, rules in changes(rec_a, rec_b):
+        for ckey, move, (rules, also) in changes(rec_a, rec_b):
             c = classes.get(ckey)
             if c is None:
                 c = classes[ckey] = ChangeClass(*ckey)
             c.rules |= rules
+            c.also.update(also)
             c.count += 1
             c.transitions[move] += 1
             c.blocks.add(block)
@@ -279,6 +287,14 @@ def render_markdown(report: DiffReport, title: Optional[str] = None) -> str:
                "affected across all their values.", ""]
     sections = (("status", "Accepted / rejected"), ("output", "Outputs"), ("code-removed", "Findings that go away"),
                 ("code-added", "New findings"))
+    lines += [f"| # | change | decided by (`{report.a}` → `{report.b}`) | inputs |", "|---|---|---|---|"]
+    n = 0
+    for kind, _ in sections:
+        for c in (c for c in report.classes if c.kind == kind):
+            n += 1
+            by = c.cause() if kind == "output" else ", ".join(sorted(c.rules))
+            lines.append(f"| {n} | {c.title()} | {by} | {c.count} |")
+    lines.append("")
     n = 0
     for kind, heading in sections:
         members = [c for c in report.classes if c.kind == kind]

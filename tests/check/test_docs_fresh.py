@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from nsa_policy.verify.matrix import data_digest, markdown_digest, matrix_data, picture_digest, render_markdown
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -33,3 +35,14 @@ def test_migration_report_is_fresh():
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     assert (DOCS / "migration-from-sglang.md").read_text(encoding="utf-8") == gen.migration_markdown(), HOW
+
+
+def test_readme_matrix_is_fresh_if_embedded():
+    """The README may embed `nsa-policy matrix --image docs/matrix.png`; if it does, it must be current."""
+    readme = DOCS.parent / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    if markdown_digest(text) is None:
+        pytest.skip("README.md does not embed the generated matrix (no matrix-data digest in it)")
+    assert markdown_digest(text) == data_digest(matrix_data()), (
+        "README.md embeds a stale support matrix: replace it with `nsa-policy matrix --image docs/matrix.png`")
+    assert render_markdown(matrix_data(), image="docs/matrix.png") in text, "README.md matrix block differs"
