@@ -48,7 +48,8 @@ def matrix_data(policy: str = "default", model: str = REFERENCE_MODEL) -> dict:
             rows.append({"backend": name, "phase": phase, "cells": cells})
     return {"policy": policy, "model": model, "devices": devices, "kv_dtypes": list(KV_DTYPES),
             "auto_kv": auto_kv, "rows": rows,
-            "device_descriptions": {d: cat.device_doc.classes[d].description for d in devices}}
+            "device_descriptions": {d: cat.device_doc.classes[d].description for d in devices},
+            "device_names": {d: [n for n in cat.device_names if cat.device(n).device_class == d] for d in devices}}
 
 
 def data_digest(data: dict) -> str:
@@ -130,7 +131,7 @@ def render_picture(data: dict, path: Path) -> None:
     colors = {"supported": "#3b9a57", "degraded": "#f2b233", "unsupported": "#e6e6e6"}
     ncol, nrow = len(devices) * len(kvs), len(rows)
     cw, ch = 0.62, 0.44  # inches per cell
-    left, top, bottom = 2.9, 1.35, 1.05
+    left, top, bottom = 2.9, 1.5, 1.05
     fig_w, fig_h = left + ncol * cw + 0.3, top + nrow * ch + bottom
     fig = plt.figure(figsize=(fig_w, fig_h), dpi=110)
     ax = fig.add_axes([left / fig_w, bottom / fig_h, ncol * cw / fig_w, nrow * ch / fig_h])
@@ -157,8 +158,13 @@ def render_picture(data: dict, path: Path) -> None:
     for d, dev in enumerate(devices):
         x0 = d * len(kvs)
         if d:
-            ax.plot([x0, x0], [-1.3, nrow], color="#888888", linewidth=0.8, clip_on=False)
-        ax.text(x0 + len(kvs) / 2, -1.0, dev, ha="center", va="center", fontsize=10.5, fontweight="bold")
+            ax.plot([x0, x0], [-1.5, nrow], color="#888888", linewidth=0.8, clip_on=False)
+        ax.text(x0 + len(kvs) / 2, -1.25, dev, ha="center", va="center", fontsize=10.5, fontweight="bold")
+        names = data["device_names"].get(dev, [])
+        shown = ", ".join(names[:2]) if sum(len(n) for n in names[:2]) <= 12 else names[0] if names else ""
+        if len(names) > (2 if shown.count(",") else 1):
+            shown += " …"
+        ax.text(x0 + len(kvs) / 2, -0.82, shown or "–", ha="center", va="center", fontsize=7.5, color="#666666")
         for k, kv in enumerate(kvs):
             auto = data["auto_kv"].get(dev) == kv
             ax.text(x0 + k + 0.5, -0.35, KV_SHORT[kv] + ("*" if auto else ""), ha="center", va="center",
