@@ -20,7 +20,7 @@ import fnmatch
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from ..bundle import CompiledBundle, compile_bundle, get_bundle
 from ..catalog import load_catalog
@@ -30,7 +30,7 @@ from ..evaluator import evaluate
 from .invariants import INVARIANTS
 from .references import (code_problems, declared_wins, evidence_basis, literal_problems, wins_over_problems)
 from .run import RECORD_FIELDS, SpaceRun, near_misses, run_space
-from .space import FactsBuilder, Point, Space, standard_space
+from .space import FactsBuilder, Space, standard_space
 
 KIND_ORDER = ("schema", "reference", "evidence", "unreachable", "shadowed", "order-dependence", "stale-declaration",
               "order-read", "crash", "undecided", "invariant")
@@ -310,7 +310,3 @@ def render_markdown(report: CheckReport) -> str:
 
 def render_json(reports: list[CheckReport]) -> str:
     return json.dumps({"ok": all(r.ok for r in reports), "bundles": [r.to_dict() for r in reports]}, default=str)
-
-
-def first_kind(issues: list[Issue], kind: str) -> Any:  # small helper for tests and callers
-    return next((i for i in issues if i.kind == kind), None)

@@ -20,8 +20,10 @@ from typing import Any, Callable, Optional
 
 from ..bundle import CompiledBundle
 from ..catalog import KV_DTYPES, Catalog, load_catalog
+from ..conditions import compile_condition
 from ..evaluator import _value, evaluate
 from ..namespace import KV_ALIASES
+from .invariants import check_invariants  # imported here, not in forked workers
 from .space import FactsBuilder, Point, Space
 
 RECORD_FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size",
@@ -256,8 +258,6 @@ def _probed(bundle: CompiledBundle, catalog: Catalog) -> tuple[Probe, CompiledBu
 
 
 def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int, invariants: bool) -> SpaceRun:
-    from .invariants import check_invariants
-
     catalog = load_catalog()
     probe, probed = _probed(bundle, catalog)
     builder = FactsBuilder(catalog)
@@ -323,8 +323,6 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
 # ---------------------------------------------------------------- near misses of rules that never fire
 
 def _conjuncts(when: Any) -> list[tuple[str, Callable]]:
-    from ..conditions import compile_condition
-
     out = []
     for key, val in (when or {}).items():
         text = f"{key}: {val}"

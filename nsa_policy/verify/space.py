@@ -27,7 +27,8 @@ from functools import cached_property
 from typing import Any, Iterable, Optional, Sequence
 
 from ..catalog import Catalog, load_catalog
-from ..facts import THRESHOLD_ENV_VARS, Environment, Facts, ServingConfig, derive
+from ..facts import THRESHOLD_ENV_VARS, Facts, ServingConfig, derive
+from ..inputs import environment_from
 
 INVALID_KV = "fp8_e5m2"
 INVALID_BACKEND = "flashmla-kv"  # a typo of a real name, so the "did you mean" path runs too
@@ -418,8 +419,6 @@ class FactsBuilder:
         key = (point.block.name,) + tuple(i for d, i in zip(point.block.dims, point.digits) if d.counts_for_size)
         hit = self._parts.get(key)
         if hit is None:
-            from ..inputs import environment_from
-
             config, env, packages = {}, {}, {}
             for v in point.values:
                 config.update(v.config)
