@@ -14,6 +14,8 @@ rules can have while staying ~7·10^4 inputs per bundle:
   crossed with the backend choices the input stage reads.
 - ``extras``: device × model × KV dtype × prefill choice × {page sizes, modelopt_fp4 with DP,
   installed flashinfer versions}.
+- ``uncatalogued``: DSA families with no checkpoint in the catalog (mistral_large3), given as an
+  architecture with index_topk and no head count (as a config.json may), × KV dtype × backend pair.
 - ``not_dsa``: a model without DSA, with and without DSA flags.
 
 A point's *complexity* — how many of its values set something (a flag, a variable, a package) —
@@ -303,6 +305,12 @@ def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
     return list(groups.values())
 
 
+def uncatalogued_families(catalog: Catalog) -> list[tuple[str, str]]:
+    """(family, architecture) for DSA families with no checkpoint in the model catalog (e.g. mistral_large3)."""
+    have = {catalog.model(m).family for m in catalog.model_ids}
+    return [(fam, spec.architectures[0]) for fam, spec in catalog.model_doc.families.items() if fam not in have]
+
+
 def representative_models(catalog: Catalog, bundles: Iterable[Any] = ()) -> list[str]:
     """One catalog model per DSA family: the first one a rule names, else the family's first."""
     named = _named_model_ids(bundles)
@@ -384,6 +392,10 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
         Block("input", (device, model, kv4, side("prefill", bad_choices), side("decode", bad_choices),
                         Dim("parallel", BAD_SHAPES))),
         Block("extras", (device, model, kv3, side("prefill", all_choices), Dim("extra", EXTRAS))),
+        *([Block("uncatalogued", (device, Dim("model", tuple(
+            Value(label=f"{arch} (topk {topk}, heads not given)", arch=(arch, topk, None))
+            for _, arch in uncatalogued_families(catalog)), counts_for_size=False), kv3,
+            side("prefill", all_choices), side("decode", all_choices)))] if uncatalogued_families(catalog) else []),
         Block("not_dsa", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                       counts_for_size=False),
                           Dim("kv_cache_dtype", (kv4.values[0], kv4.values[3])),
