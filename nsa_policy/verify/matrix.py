@@ -182,9 +182,12 @@ def render_picture(data: dict, path: Path) -> None:
     fig.text(0.5, 0.08 / fig_h, "* = the KV dtype '--kv-cache-dtype auto' becomes on that device", ha="center",
              fontsize=8.5, color="#444444")
     meta = {"Description": f"nsa-policy {DIGEST_TAG}{data_digest(data)}"}
-    if path.suffix.lower() == ".png":
-        meta["Software"] = "nsa-policy matrix"
-    fig.savefig(path, metadata=meta)
+    if path.suffix.lower() == ".svg":
+        meta.update(Creator="nsa-policy matrix", Date=None)  # reproducible files: no timestamp, fixed ids
+        with matplotlib.rc_context({"svg.hashsalt": "nsa-policy"}):
+            fig.savefig(path, metadata=meta)
+    else:
+        fig.savefig(path, metadata={**meta, "Software": "nsa-policy matrix"})
     plt.close(fig)
 
 
