@@ -1,6 +1,8 @@
 """The machinery check stands on: points reproduce as commands/inputs, and the probe sees what the trace sees."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from nsa_policy.bundle import get_bundle
 from nsa_policy.catalog import load_catalog
 from nsa_policy.evaluator import evaluate
@@ -14,9 +16,18 @@ def sample(space, step=211):
 
 
 def test_device_groups_are_proved_equivalent():
-    groups = device_groups(load_catalog(), [get_bundle(n) for n in ("default", "sglang-0.5.10")])
-    assert ["sm120", "sm121"] in groups and ["gfx942", "gfx950"] in groups and ["sm90"] in groups
-    assert ["sm103"] in groups  # default names sm103 (the flashinfer 0.6.7 hang): not merged with sm100
+    cat = load_catalog()
+    groups = device_groups(cat, [get_bundle(n) for n in ("default", "sglang-0.5.10")])
+    assert sorted(c for g in groups for c in g) == sorted(cat.device_doc.classes)
+    for group in groups:  # members agree on vendor and on every cell of the capability matrix
+        rows = {(cat.device(c).vendor, tuple(cat.capability(b, c, kv, ph).status for b in cat.backends
+                                             for kv in ("bfloat16", "fp8_e4m3") for ph in ("prefill", "decode")))
+                for c in group}
+        assert len(rows) == 1, group
+    # a rule that names one class of a group splits it off
+    naming = SimpleNamespace(rules=[SimpleNamespace(spec=SimpleNamespace(when={"device.class": {"in": ["sm121"]}}))])
+    assert ["sm121"] in device_groups(cat, [naming])
+    assert ["sm120", "sm121"] in device_groups(cat, [SimpleNamespace(rules=[])])
 
 
 def test_points_rebuild_as_case_inputs():
