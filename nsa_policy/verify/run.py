@@ -133,6 +133,51 @@ def probe_bundle(bundle: CompiledBundle, probe: Probe) -> CompiledBundle:
     return dataclasses.replace(bundle, stages=stages, digest=f"{bundle.digest}+probe{next(_COPIES)}")
 
 
+class MemoCatalog:
+    """The catalog with its pure queries memoised (the catalog's own methods, called once per distinct
+    question): over the space the evaluator asks the same few hundred questions millions of times."""
+
+    def __init__(self, catalog: Catalog):
+        self._catalog = catalog
+        self._memo: dict = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._catalog, name)
+
+    def _call(self, name: str, *args) -> Any:
+        key = (name,) + tuple(tuple(sorted(a.items())) if isinstance(a, dict) else a for a in args)
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = getattr(self._catalog, name)(*args)
+            return value
+
+    def capability(self, backend: str, device_class: str, kv: str, phase: str):
+        return self._call("capability", backend, device_class, kv, phase)
+
+    def requirement_problem(self, backend: str, index_topk: Optional[int], packages) -> Optional[str]:
+        return self._call("requirement_problem", backend, index_topk, dict(packages))
+
+    def runs(self, backend: str, device_class: str, kv: str, phase: str, index_topk: Optional[int] = None,
+             packages=None) -> bool:
+        return self._call("runs", backend, device_class, kv, phase, index_topk, dict(packages or {}))
+
+    def valid_backends(self, phase: str, device_class: str, kv: str, index_topk: Optional[int] = None,
+                       packages=None) -> list[str]:
+        return list(self._call("valid_backends", phase, device_class, kv, index_topk, dict(packages or {})))
+
+
+_MEMO_CATALOG: dict = {}
+
+
+def memo_catalog() -> MemoCatalog:
+    cat = load_catalog()
+    hit = _MEMO_CATALOG.get(id(cat))
+    if hit is None:
+        hit = _MEMO_CATALOG[id(cat)] = MemoCatalog(cat)
+    return hit
+
+
 # ---------------------------------------------------------------- aggregates
 
 def _better(best: Optional[tuple], key: tuple) -> bool:
@@ -258,7 +303,7 @@ def _probed(bundle: CompiledBundle, catalog: Catalog) -> tuple[Probe, CompiledBu
 
 
 def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int, invariants: bool) -> SpaceRun:
-    catalog = load_catalog()
+    catalog = memo_catalog()
     probe, probed = _probed(bundle, catalog)
     builder = FactsBuilder(catalog)
     rules = probe.rules
@@ -333,7 +378,7 @@ def _conjuncts(when: Any) -> list[tuple[str, Callable]]:
 def _near_range(bundle: CompiledBundle, space: Space, start: int, stop: int, targets: tuple) -> dict:
     """For each target rule: the input where most of its top-level tests hold (then fewest settings),
     which tests failed there, and which tests never hold anywhere."""
-    catalog = load_catalog()
+    catalog = memo_catalog()
     parts = {rid: _conjuncts(bundle.rule(rid).spec.when) for rid in targets}
     found = {rid: {"best": None, "failing": None, "ever": [False] * len(parts[rid])} for rid in targets}
     current: dict = {}

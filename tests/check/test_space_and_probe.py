@@ -59,3 +59,18 @@ def test_probe_matches_the_trace():
             assert record_of(fast) == record_of(traced)
             seen = {t.rule for t in traced.trace if t.outcome != "not_matched"}
             assert {probe.rules[i].id for i in probe.matched} == seen, point.command()
+
+
+def test_memoised_catalog_decides_the_same():
+    from nsa_policy.verify.run import memo_catalog
+
+    plain, memo = load_catalog(), memo_catalog()
+    for name in ("default", "sglang-pre-21783"):
+        bundle = get_bundle(name)
+        space = standard_space([bundle])
+        builder = FactsBuilder(plain)
+        for point in sample(space, 97):
+            facts = builder.facts(point)
+            a = evaluate(bundle, facts, plain, trace=False)
+            b = evaluate(bundle, facts, memo, trace=False)
+            assert record_of(a) == record_of(b) and a.findings == b.findings, point.command()
