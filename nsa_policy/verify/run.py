@@ -279,7 +279,7 @@ def _cause(decision, out: str) -> Optional[str]:
     p = decision.provenance.get(out)
     if p is None:
         return None
-    return p.detail if p.source == "rule" and p.detail else p.source
+    return p.detail if p.source in ("rule", "model") and p.detail else p.source
 
 
 def record_of(decision) -> tuple:
