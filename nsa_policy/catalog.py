@@ -224,15 +224,19 @@ class Catalog:
         return list(self.backends)
 
     def capability(self, backend: str, device_class: str, kv: str, phase: str) -> Capability:
-        hit = self._cells.get((backend, device_class, kv, phase))
+        key = (backend, device_class, kv, phase)
+        hit = self._cells.get(key)
         if hit is not None:
             return hit
         spec = self.backends.get(backend)
         if spec is None:
             return Capability(status="unsupported", reason=f"unknown backend {backend!r}")
         if phase not in spec.phases:
-            return Capability(status="unsupported", reason=f"{backend} does not serve {phase}", evidence=tuple(spec.evidence))
-        return Capability(status="unsupported", reason=spec.elsewhere, evidence=tuple(spec.evidence))
+            cap = Capability(status="unsupported", reason=f"{backend} does not serve {phase}", evidence=tuple(spec.evidence))
+        else:
+            cap = Capability(status="unsupported", reason=spec.elsewhere, evidence=tuple(spec.evidence))
+        self._cells[key] = cap  # unlisted cells are asked for again and again; build each once
+        return cap
 
     def requirement_problem(self, backend: str, index_topk: Optional[int], packages: Mapping[str, str]) -> Optional[str]:
         """A requirement beyond the matrix cell that this input breaks (top-k, package versions)."""
