@@ -22,6 +22,9 @@ FIELD_ALIASES = {
     "dsa_prefill_dense_attn_kv_len_threshold": "dense_attn_kv_len_threshold",
     "tp": "tp_size",
     "dp": "dp_size",
+    # sglang's parser stores --tp-size/--dp-size here; ServerArgs.from_cli_args copies them later.
+    "tensor_parallel_size": "tp_size",
+    "data_parallel_size": "dp_size",
 }
 PACKAGES = ("flashinfer-python", "sgl-kernel", "tilelang", "flashinfer-cubin", "flashinfer-jit-cache", "sglang")
 
