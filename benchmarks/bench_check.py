@@ -23,7 +23,7 @@ TARGET_S = 10.0
 
 def cli_run() -> tuple[float, int]:
     exe = shutil.which("nsa-policy")
-    argv = ([exe] if exe else [sys.executable, "-c", "import cli; cli.main()"]) + ["check"]
+    argv = ([exe] if exe else [sys.executable, "-c", "from nsa_policy.cli import main; main()"]) + ["check"]
     start = time.perf_counter()
     proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return time.perf_counter() - start, proc.returncode
@@ -31,8 +31,8 @@ def cli_run() -> tuple[float, int]:
 
 def main() -> int:
     runs = int(os.environ.get("BENCH_RUNS", "3"))
-    from nsa_policy.bundle import concrete_bundles
-    from nsa_policy.verify.check import check_bundle
+    from nsa_policy.engine.bundle import concrete_bundles
+    from nsa_policy.verify.exhaustive import check_bundle
     from nsa_policy.verify.run import default_workers
 
     per_bundle = {}

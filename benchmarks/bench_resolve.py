@@ -36,7 +36,7 @@ def run_child(argv: list[str]) -> tuple[float, int]:
 
 def cold(runs: int) -> dict:
     exe = shutil.which("nsa-policy")
-    tool = [exe] if exe else [sys.executable, "-c", "import cli; cli.main()"]
+    tool = [exe] if exe else [sys.executable, "-c", "from nsa_policy.cli import main; main()"]
     tool += ["resolve", "--device", "b200", "--model", MODEL, "--json"]
     bare = [sys.executable, "-c", "import pydantic, typer, yaml"]
     samples: dict[str, list[tuple[float, int]]] = {"nsa-policy resolve --json": [], "bare import pydantic, typer, yaml": []}

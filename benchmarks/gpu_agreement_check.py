@@ -42,9 +42,9 @@ def worker(a: argparse.Namespace) -> None:
         import torch
         import torch.distributed as dist
 
-        from nsa_policy.catalog import load_catalog
-        from nsa_policy.distributed import DisagreementError, ensure_agreement
-        from nsa_policy.startup import apply
+        from nsa_policy.catalog.store import load_catalog
+        from nsa_policy.integration.distributed import DisagreementError, ensure_agreement
+        from nsa_policy.integration.startup import apply
 
         device_arg: object = a.device
         if a.backend == "nccl":
@@ -53,7 +53,7 @@ def worker(a: argparse.Namespace) -> None:
             rec["cuda_device"] = cuda_index
             rec["torch_device_name"] = torch.cuda.get_device_name(cuda_index)
             if a.device == "auto":
-                from nsa_policy.discovery import facts_from_nvml_reading, read_nvml
+                from nsa_policy.integration.discovery import facts_from_nvml_reading, read_nvml
 
                 reading = read_nvml(index=cuda_index)  # this rank's own GPU, not GPU 0
                 rec["nvml"] = reading

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main(out_path: str) -> int:
     import nsa_policy
-    from nsa_policy.catalog import load_catalog
-    from nsa_policy.discovery import discover, read_nvml
+    from nsa_policy.catalog.store import load_catalog
+    from nsa_policy.integration.discovery import discover, read_nvml
 
     record: dict = {"measured_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     record["nvml_reading"] = read_nvml()
@@ -38,7 +38,7 @@ def main(out_path: str) -> int:
     except ImportError:
         record["cli"] = "typer not installed on this machine: CLI not run"
     else:
-        cli = subprocess.run([sys.executable, "-c", "import cli; cli.main()", "resolve", "--model",
+        cli = subprocess.run([sys.executable, "-c", "from nsa_policy.cli import main; main()", "resolve", "--model",
                               "deepseek-ai/DeepSeek-V3.2", "--json"], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parent.parent)
         record["cli"] = {"exit_code": cli.returncode, "stderr": cli.stderr[-2000:]}

@@ -5,13 +5,13 @@ import os
 from collections import OrderedDict
 from typing import Any, Mapping, Optional
 
-from .bundle import get_bundle
-from .catalog import load_catalog
-from .decision import Decision
-from .errors import PolicyError
-from .evaluator import evaluate
-from .facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
-from .inputs import config_from, device_from, environment_from, installed_packages, model_from
+from nsa_policy.engine.bundle import get_bundle
+from nsa_policy.catalog.store import load_catalog
+from nsa_policy.engine.decision import Decision
+from nsa_policy.errors import PolicyError
+from nsa_policy.engine.evaluator import evaluate
+from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
+from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from
 
 
 def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,

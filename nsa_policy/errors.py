@@ -5,7 +5,7 @@ import difflib
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .decision import Decision
+    from nsa_policy.engine.decision import Decision
 
 
 def closest(value: object, choices: Iterable[str]) -> str | None:

@@ -9,9 +9,9 @@ from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
-from .catalog import Catalog
-from .errors import InputError, closest
-from .facts import THRESHOLD_ENV_VARS, DeviceFacts, Environment, ModelFacts, ServingConfig
+from nsa_policy.catalog.store import Catalog
+from nsa_policy.errors import InputError, closest
+from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, Environment, ModelFacts, ServingConfig
 
 CONFIG_FIELDS = tuple(ServingConfig.model_fields)
 # Later sglang spellings (NSA was renamed DSA in 2026-05) map onto the fields we use.
@@ -108,7 +108,7 @@ def device_from(device: Any, catalog: Catalog) -> DeviceFacts:
         return device
     if isinstance(device, str):
         if device.strip().lower() == "auto":
-            from .discovery import discover
+            from nsa_policy.integration.discovery import discover
 
             return discover(catalog)
         return catalog.device(device)

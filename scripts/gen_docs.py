@@ -23,7 +23,7 @@ included, by the `sglang-0.5.10` bundle) with nsa-policy's `default` policy. Rea
 
 
 def migration_markdown() -> str:
-    from nsa_policy.bundle import get_bundle
+    from nsa_policy.engine.bundle import get_bundle
     from nsa_policy.verify.diff import diff_space, render_markdown
 
     report = diff_space(get_bundle("sglang-0.5.10"), get_bundle("default"))

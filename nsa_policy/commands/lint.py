@@ -5,7 +5,7 @@ from typing import List, Optional
 
 import typer
 
-from ._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
+from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
 
 _LEVEL_RANK = {"info": 0, "warning": 1, "error": 2}
 
@@ -64,7 +64,7 @@ def rule(
     """Print a finding code's documentation (rules/codes.yaml)."""
     import json
 
-    from nsa_policy.codes import load_codes
+    from nsa_policy.catalog.codes import load_codes
     from nsa_policy.errors import NsaPolicyError
 
     reg = load_codes()

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from .flags import load_flags
-from .model import Arg, Location
+from nsa_policy.lint.flags import load_flags
+from nsa_policy.lint.report import Arg, Location
 
 Token = tuple[str, Location, Optional[str]]  # text, where, unresolved variable
 

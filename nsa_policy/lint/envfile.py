@@ -5,9 +5,9 @@ import re
 from functools import lru_cache
 from typing import Optional
 
-from .model import EnvValue, FileScan, Launch
-from .shell import Expander
-from .text import LineIndex
+from nsa_policy.lint.report import EnvValue, FileScan, Launch
+from nsa_policy.lint.shell import Expander
+from nsa_policy.lint.text import LineIndex
 
 _LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.\-]*)\s*=\s*(.*?)\s*$")
 
@@ -43,7 +43,7 @@ def parse_env(text: str, path: str) -> dict[str, EnvValue]:
 
 
 def _loc(path: str, line: int, col: int):
-    from .model import Location
+    from nsa_policy.lint.report import Location
 
     return Location(path, line, col)
 
@@ -63,7 +63,7 @@ def read_env_file(full: str, display: str) -> dict[str, EnvValue]:
 
 def scan_env(path: str, text: str, index: LineIndex) -> FileScan:
     """An env file is an environment-only launch: its threshold variables are checked on their own."""
-    from ..facts import THRESHOLD_ENV_VARS
+    from nsa_policy.engine.facts import THRESHOLD_ENV_VARS
 
     env = parse_env(text, path)
     scan = FileScan(path)

@@ -5,13 +5,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .cliargs import parse_cli
-from .extract_shell import ShellState, launches_in_shell
-from .extract_structured import _launch_start_texts
-from .model import EnvValue, FileScan, Launch
-from .shell import Expander, split_commands
-from .text import LineIndex
-from .tree import ParseError, json_document
+from nsa_policy.lint.cliargs import parse_cli
+from nsa_policy.lint.extract_shell import ShellState, launches_in_shell
+from nsa_policy.lint.extract_structured import _launch_start_texts
+from nsa_policy.lint.report import EnvValue, FileScan, Launch
+from nsa_policy.lint.shell import Expander, split_commands
+from nsa_policy.lint.text import LineIndex
+from nsa_policy.lint.tree import ParseError, json_document
 
 _INSTR = re.compile(r"^[ \t]*([A-Za-z]+)[ \t]*", re.M)
 

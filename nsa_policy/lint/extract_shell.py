@@ -5,10 +5,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .cliargs import parse_cli
-from .model import EnvValue, FileScan, Launch
-from .shell import Expander, Word, assignment, launch_start, mentions_launch, split_commands
-from .text import LineIndex
+from nsa_policy.lint.cliargs import parse_cli
+from nsa_policy.lint.report import EnvValue, FileScan, Launch
+from nsa_policy.lint.shell import Expander, Word, assignment, launch_start, mentions_launch, split_commands
+from nsa_policy.lint.text import LineIndex
 
 _DECLARE = ("export", "declare", "typeset", "readonly", "local")
 

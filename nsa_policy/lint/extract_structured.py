@@ -12,15 +12,15 @@ import os
 import re
 from typing import Optional
 
-from ..facts import THRESHOLD_ENV_VARS
-from .cliargs import parse_cli
-from .envfile import read_env_file
-from .extract_shell import ShellState, launches_in_shell
-from .flags import load_flags
-from .model import Arg, EnvValue, Hint, Launch, Location
-from .shell import Expander, mentions_launch
-from .text import HINT_KEYS, LineIndex
-from .tree import N, scalar_source
+from nsa_policy.engine.facts import THRESHOLD_ENV_VARS
+from nsa_policy.lint.cliargs import parse_cli
+from nsa_policy.lint.envfile import read_env_file
+from nsa_policy.lint.extract_shell import ShellState, launches_in_shell
+from nsa_policy.lint.flags import load_flags
+from nsa_policy.lint.report import Arg, EnvValue, Hint, Launch, Location
+from nsa_policy.lint.shell import Expander, mentions_launch
+from nsa_policy.lint.text import HINT_KEYS, LineIndex
+from nsa_policy.lint.tree import N, scalar_source
 
 GPU_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator")
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -238,7 +238,7 @@ class Structured:
         return text, self.loc(item), missing
 
     def _shell_words(self, node: N, exp: Expander) -> list[tuple[str, Location, Optional[str]]]:
-        from .shell import split_commands
+        from nsa_policy.lint.shell import split_commands
 
         src = scalar_source(node, self.text)
         if src is None:

@@ -12,9 +12,9 @@ from typing import Optional
 
 import yaml
 
-from ..facts import ServingConfig
-from ..inputs import FIELD_ALIASES
-from ..paths import rules_dir
+from nsa_policy.engine.facts import ServingConfig
+from nsa_policy.inputs import FIELD_ALIASES
+from nsa_policy.catalog.paths import rules_dir
 
 
 _DSA_FIELDS = frozenset({"kv_cache_dtype", "nsa_prefill_backend", "nsa_decode_backend", "enable_hisparse",

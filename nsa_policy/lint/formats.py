@@ -5,7 +5,7 @@ import json
 import os
 from itertools import groupby
 
-from .runner import LintReport
+from nsa_policy.lint.runner import LintReport
 
 FORMATS = ("text", "json", "github", "sarif")
 LEVELS = ("info", "warning", "error")
@@ -67,8 +67,8 @@ def _camel(name: str) -> str:
 
 
 def render_sarif(report: LintReport) -> str:
-    from .. import __version__
-    from ..codes import load_codes
+    from nsa_policy import __version__
+    from nsa_policy.catalog.codes import load_codes
 
     codes = load_codes().codes
     ids = sorted(codes)

@@ -8,15 +8,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .check import Checker, LintOptions
-from .discover import iter_files
-from .envfile import EnvSyntaxError, read_env_file, scan_env
-from .extract_dockerfile import scan_dockerfile
-from .extract_shell import scan_shell
-from .extract_structured import Structured
-from .model import Diagnostic, FileScan, Hint, Location
-from .text import LineIndex, comment_hints
-from .tree import ParseError, json_document, toml_document, yaml_documents
+from nsa_policy.lint.launch_checks import Checker, LintOptions
+from nsa_policy.lint.discover import iter_files
+from nsa_policy.lint.envfile import EnvSyntaxError, read_env_file, scan_env
+from nsa_policy.lint.extract_dockerfile import scan_dockerfile
+from nsa_policy.lint.extract_shell import scan_shell
+from nsa_policy.lint.extract_structured import Structured
+from nsa_policy.lint.report import Diagnostic, FileScan, Hint, Location
+from nsa_policy.lint.text import LineIndex, comment_hints
+from nsa_policy.lint.tree import ParseError, json_document, toml_document, yaml_documents
 
 # Structured files that mention none of these cannot hold an sglang launch or DSA setting; they are
 # counted as scanned but not parsed (lint is not a YAML/JSON/TOML validator).
@@ -38,7 +38,7 @@ class LintReport:
 def lint_paths(paths: list[str], opts: Optional[LintOptions] = None, excludes: tuple[str, ...] = (),
                use_gitignore: bool = True) -> LintReport:
     """Lint files and folders. Raises InputError for a bad --device/--policy or a missing path."""
-    from ..errors import InputError
+    from nsa_policy.errors import InputError
 
     opts = opts or LintOptions()
     checker = Checker(opts)
@@ -67,7 +67,7 @@ def lint_paths(paths: list[str], opts: Optional[LintOptions] = None, excludes: t
 
 
 def _unparsable(path: str, message: str, line: Optional[int] = None, col: Optional[int] = None) -> FileScan:
-    from ..codes import load_codes
+    from nsa_policy.catalog.codes import load_codes
 
     doc = load_codes().codes["NSA404"]
     scan = FileScan(path)
@@ -108,7 +108,7 @@ def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
     hints += _dsa_spelling(scan)
     for la in scan.launches:
         la.hints = hints + la.hints
-    from ..codes import load_codes
+    from nsa_policy.catalog.codes import load_codes
 
     doc = load_codes().codes["NSA407"]
     for key, value, loc in bad:
@@ -146,7 +146,7 @@ def _extract(path: str, kind: str, text: str, index: LineIndex, base_dir: str, r
     scan = FileScan(path)
     for doc in docs:
         scan.launches += ex.document(doc)
-    from ..codes import load_codes
+    from nsa_policy.catalog.codes import load_codes
 
     doc7 = load_codes().codes["NSA407"]
     for key, value, loc in ex.bad_hints:

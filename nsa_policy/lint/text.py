@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 
-from .model import Hint, Location
+from nsa_policy.lint.report import Hint, Location
 
 HINT_KEYS = ("device", "model", "policy", "sglang")
 _HINT = re.compile(r"#[^\n]*?nsa-policy:[ \t]*([^\n]*)")  # in a comment only: values in data are read per document

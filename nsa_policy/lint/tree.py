@@ -12,7 +12,7 @@ from typing import Any, Iterator, Optional
 
 import yaml
 
-from .text import LineIndex
+from nsa_policy.lint.text import LineIndex
 
 
 class ParseError(Exception):

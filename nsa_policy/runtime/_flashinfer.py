@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from .errors import AdapterConfigError
+from nsa_policy.runtime.errors import AdapterConfigError
 
 KV_LORA_RANK = 512
 QK_ROPE_HEAD_DIM = 64

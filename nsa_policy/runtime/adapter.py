@@ -15,12 +15,12 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from . import _flashinfer
-from .device import DeviceLike, as_device, detect_device_class
-from .errors import AdapterConfigError
-from .quant import BYTES_656, FP8_MAX, dequantize_fp8_656, dequantize_fp8_per_tensor
-from .reference import HEAD_DIM_QK, KV_LORA_RANK, sparse_mla_reference
-from .transforms import (
+from nsa_policy.runtime import _flashinfer
+from nsa_policy.runtime.device import DeviceLike, as_device, detect_device_class
+from nsa_policy.runtime.errors import AdapterConfigError
+from nsa_policy.runtime.quant import BYTES_656, FP8_MAX, dequantize_fp8_656, dequantize_fp8_per_tensor
+from nsa_policy.runtime.reference import HEAD_DIM_QK, KV_LORA_RANK, sparse_mla_reference
+from nsa_policy.runtime.transforms import (
     cumulative_extend_lens, transform_index_page_table_decode,
     transform_index_page_table_decode_compact, transform_index_page_table_prefill,
     transform_index_page_table_prefill_compact, transform_into_csr,

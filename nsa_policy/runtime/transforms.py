@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from . import _torch_transforms as _ref
+from nsa_policy.runtime import _torch_transforms as _ref
 
 ExtendLens = Union[Sequence[int], torch.Tensor]
 IMPLS = ("auto", "torch", "triton")
@@ -147,7 +147,7 @@ def _rows_of(page_table, topk_indices, cu) -> tuple[torch.Tensor, torch.Tensor]:
 def _transform(page_table, topk_indices, cu, page_size, out, impl):
     out = _check_out("out", out, tuple(topk_indices.shape), topk_indices.device)
     if _resolve_impl(impl, topk_indices.device) == "triton":
-        from . import _triton_transforms
+        from nsa_policy.runtime import _triton_transforms
         return _triton_transforms.launch_transform(page_table, topk_indices, cu, page_size, out)
     req, row_valid = _rows_of(page_table, topk_indices, cu)
     slots, valid = _ref.gather_slots(page_table, topk_indices, req, row_valid, page_size)
@@ -159,7 +159,7 @@ def _transform_compact(page_table, topk_indices, cu, page_size, out, counts, imp
     out = _check_out("out", out, tuple(topk_indices.shape), topk_indices.device)
     counts = _check_out("counts", counts, (t,), topk_indices.device)
     if _resolve_impl(impl, topk_indices.device) == "triton":
-        from . import _triton_transforms
+        from nsa_policy.runtime import _triton_transforms
         _triton_transforms.launch_transform_compact(page_table, topk_indices, cu, page_size, out, counts)
         return out, counts
     req, row_valid = _rows_of(page_table, topk_indices, cu)
@@ -236,7 +236,7 @@ def transform_into_csr(
     if counts is not None:
         counts = _check_out("counts", counts, (topk_indices.shape[0],), topk_indices.device)
     if _resolve_impl(impl, topk_indices.device) == "triton":
-        from . import _triton_transforms
+        from nsa_policy.runtime import _triton_transforms
         _triton_transforms.launch_transform_compact(page_table, topk_indices, cu_extend_lens, page_size,
                                                     kv_indices, counts, kv_indptr, pad_slot)
         return kv_indices

@@ -10,15 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..bundle import CompiledBundle
-from ..catalog import load_catalog
-from ..errors import InputError
-from ..evaluator import evaluate
-from ..facts import Facts
+from nsa_policy.engine.bundle import CompiledBundle
+from nsa_policy.catalog.store import load_catalog
+from nsa_policy.errors import InputError
+from nsa_policy.engine.evaluator import evaluate
+from nsa_policy.engine.facts import Facts
 
 
 def facts_from_case_input(inp: dict) -> Facts:
-    from ..api import build_facts
+    from nsa_policy.api import build_facts
 
     data = dict(inp)
     env = {k[4:]: str(data.pop(k)) for k in list(data) if k.startswith("env:")}
@@ -63,7 +63,7 @@ def load_case_files(paths: list[str]) -> list[tuple[str, str, dict]]:
 
 def case_coverage(bundle: CompiledBundle, cases: list[tuple[str, str, dict]]) -> dict:
     """Which rules of the bundle the cases written for it exercise."""
-    from .run import _probed
+    from nsa_policy.verify.run import _probed
 
     catalog = load_catalog()
     probe, probed = _probed(bundle, catalog)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..bundle import CompiledBundle
-from .run import RECORD_FIELDS, record_of, run_space
-from .space import Space, standard_space
+from nsa_policy.engine.bundle import CompiledBundle
+from nsa_policy.verify.run import RECORD_FIELDS, record_of, run_space
+from nsa_policy.verify.space import Space, standard_space
 
 FIELD_TITLES = {"kv_cache_dtype": "KV cache dtype", "prefill_backend": "prefill backend",
                 "decode_backend": "decode backend", "page_size": "page size",
@@ -48,7 +48,7 @@ class ChangeClass:
             if self.cause_b:
                 return f"{a} → {b} (first error {self.cause_b})"
             return f"{a} → {b}" + (f" (was {self.cause_a})" if self.cause_a else "")
-        from ..codes import load_codes
+        from nsa_policy.catalog.codes import load_codes
 
         doc = load_codes().codes.get(self.what)
         about = f" ({doc.summary})" if doc is not None else ""
@@ -198,9 +198,9 @@ def diff_space(a: CompiledBundle, b: CompiledBundle, space: Optional[Space] = No
 
 def diff_inputs(a: CompiledBundle, b: CompiledBundle, inputs: list[dict], source: str) -> DiffReport:
     """Diff over the inputs of a file (case-file style mappings)."""
-    from ..catalog import load_catalog
-    from ..evaluator import evaluate
-    from .coverage import facts_from_case_input
+    from nsa_policy.catalog.store import load_catalog
+    from nsa_policy.engine.evaluator import evaluate
+    from nsa_policy.verify.coverage import facts_from_case_input
 
     catalog = load_catalog()
     pairs, dims = [], {}
@@ -226,7 +226,7 @@ def load_inputs(path: str) -> list[dict]:
     """A case file (`cases: [{input: …}]`) or a YAML/JSON list of input mappings."""
     import yaml
 
-    from ..errors import InputError
+    from nsa_policy.errors import InputError
 
     p = Path(path)
     try:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..catalog import KV_DTYPES, Catalog
-from ..decision import Decision
-from ..facts import Facts
-from ..namespace import KV_ALIASES
+from nsa_policy.catalog.store import KV_DTYPES, Catalog
+from nsa_policy.engine.decision import Decision
+from nsa_policy.engine.facts import Facts
+from nsa_policy.engine.namespace import KV_ALIASES
 
 INVARIANTS = {
     "backend-runs-here": "no backend is chosen where the capability matrix says it cannot run",

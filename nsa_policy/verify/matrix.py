@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from ..catalog import KV_DTYPES, load_catalog
+from nsa_policy.catalog.store import KV_DTYPES, load_catalog
 
 REFERENCE_MODEL = "deepseek-ai/DeepSeek-V3.2"
 KV_SHORT = {"bfloat16": "bf16", "fp8_e4m3": "fp8"}
@@ -22,7 +22,7 @@ DIGEST_TAG = "matrix-data sha256:"
 
 def matrix_data(policy: str = "default", model: str = REFERENCE_MODEL) -> dict:
     """Plain data: devices, rows (backend, phase) and cells {status, reason, default}."""
-    from ..api import build_facts, decide
+    from nsa_policy.api import build_facts, decide
 
     cat = load_catalog()
     devices = list(cat.device_doc.classes)

@@ -11,12 +11,12 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..bundle import CompiledBundle, CompiledRule
-from ..catalog import KV_DTYPES, Catalog
-from ..codes import CodeRegistry
-from ..errors import closest
-from ..inputs import PACKAGES
-from ..yaml_lines import load_yaml
+from nsa_policy.engine.bundle import CompiledBundle, CompiledRule
+from nsa_policy.catalog.store import KV_DTYPES, Catalog
+from nsa_policy.catalog.codes import CodeRegistry
+from nsa_policy.errors import closest
+from nsa_policy.inputs import PACKAGES
+from nsa_policy.engine.yaml_lines import load_yaml
 
 # A description that cites where its behaviour comes from counts as evidence.
 CITATION = re.compile(r"(sglang|flashinfer|vllm)\s*(PR\s*)?#\d+|PR\s*#\d+|POLICY\.md|rules/catalog|flashinfer\s*>=",

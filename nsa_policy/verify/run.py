@@ -18,13 +18,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..bundle import CompiledBundle
-from ..catalog import KV_DTYPES, Catalog, load_catalog
-from ..conditions import compile_condition
-from ..evaluator import _value, evaluate
-from ..namespace import KV_ALIASES
-from .invariants import check_invariants  # imported here, not in forked workers
-from .space import FactsBuilder, Point, Space
+from nsa_policy.engine.bundle import CompiledBundle
+from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
+from nsa_policy.engine.conditions import compile_condition
+from nsa_policy.engine.evaluator import _value, evaluate
+from nsa_policy.engine.namespace import KV_ALIASES
+from nsa_policy.verify.invariants import check_invariants  # imported here, not in forked workers
+from nsa_policy.verify.space import FactsBuilder, Point, Space
 
 RECORD_FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size",
                  "dense_attn_kv_len_threshold", "kv_cache_layout")

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable, Optional, Sequence
 
-from ..catalog import Catalog, load_catalog
-from ..facts import THRESHOLD_ENV_VARS, Facts, ServingConfig, derive
-from ..inputs import environment_from
+from nsa_policy.catalog.store import Catalog, load_catalog
+from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, Facts, ServingConfig, derive
+from nsa_policy.inputs import environment_from
 
 INVALID_KV = "fp8_e5m2"
 INVALID_BACKEND = "flashmla-kv"  # a typo of a real name, so the "did you mean" path runs too
@@ -280,7 +280,7 @@ def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
     phase, head padding) is the same: then every decision differs only in the device's name inside
     messages, so one class is evaluated for the group.
     """
-    from ..conditions import compile_condition
+    from nsa_policy.engine.conditions import compile_condition
 
     leaves: list = []
     for bundle in bundles:

@@ -6,15 +6,15 @@ import pytest
 
 @pytest.fixture(scope="session")
 def shipped_reports():
-    from nsa_policy.bundle import concrete_bundles
-    from nsa_policy.verify.check import check_bundle
+    from nsa_policy.engine.bundle import concrete_bundles
+    from nsa_policy.verify.exhaustive import check_bundle
 
     return {name: check_bundle(name) for name in concrete_bundles()}
 
 
 @pytest.fixture(scope="session")
 def sglang_diff():
-    from nsa_policy.bundle import get_bundle
+    from nsa_policy.engine.bundle import get_bundle
     from nsa_policy.verify.diff import diff_space
 
     return diff_space(get_bundle("sglang-pre-21783"), get_bundle("sglang-0.5.10"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from cases_support import case_files
 
-from nsa_policy.bundle import get_bundle
+from nsa_policy.engine.bundle import get_bundle
 from nsa_policy.verify.coverage import case_coverage, load_case_files
 
 
@@ -23,7 +23,7 @@ def test_cli_check_with_cases():
 
     from typer.testing import CliRunner
 
-    from cli import app
+    from nsa_policy.cli import app
 
     files = [str(p) for p in case_files()]
     args = ["check", "--policy", "sglang-0.5.10", "--json"] + [x for f in files for x in ("--cases", f)]

@@ -68,7 +68,7 @@ def test_renderings(sglang_diff):
 
 
 def test_diff_over_an_inputs_file(tmp_path):
-    from cli import app
+    from nsa_policy.cli import app
 
     path = tmp_path / "inputs.yaml"
     path.write_text("""\

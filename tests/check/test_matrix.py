@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy.api import build_facts, decide
-from nsa_policy.catalog import load_catalog
+from nsa_policy.catalog.store import load_catalog
 from nsa_policy.verify.matrix import data_digest, matrix_data, picture_digest, render_picture
 
 
@@ -57,7 +57,7 @@ def test_picture_carries_the_data_digest(tmp_path, data):
 
 
 def test_cli_matrix():
-    from cli import app
+    from nsa_policy.cli import app
 
     result = CliRunner().invoke(app, ["matrix", "--format", "json"])
     assert result.exit_code == 0

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nsa_policy.bundle import compile_bundle
-from nsa_policy.paths import policy_dir
-from nsa_policy.verify.check import check_bundle, static_issues
+from nsa_policy.engine.bundle import compile_bundle
+from nsa_policy.catalog.paths import policy_dir
+from nsa_policy.verify.exhaustive import check_bundle, static_issues
 
 
 def plant(tmp_path: Path, name: str, extra: dict[str, str], source: bool = True) -> str:
@@ -134,7 +134,7 @@ rules:
 
 
 def test_cli_exit_codes(tmp_path):
-    from cli import app
+    from nsa_policy.cli import app
 
     broken = plant(tmp_path, "planted-schema", {"35-planted.yaml": "stage: backends\nrules:\n  - id: x\n    when: {}\n"})
     result = CliRunner().invoke(app, ["check", "--policy", broken, "--json"])

@@ -1,7 +1,7 @@
 """`check` over every shipped bundle: no findings, every rule fires and takes effect somewhere."""
 from __future__ import annotations
 
-from nsa_policy.bundle import concrete_bundles, get_bundle
+from nsa_policy.engine.bundle import concrete_bundles, get_bundle
 
 
 def test_every_shipped_bundle_is_checked(shipped_reports):
@@ -27,7 +27,7 @@ def test_the_space_is_the_documented_size(shipped_reports):
     assert sum(sizes.values()) == report.inputs > 20000
     dims = {b["block"]: b["dimensions"] for b in report.space}
     # one capability spec per group of classes that no rule and no catalog cell tells apart
-    from nsa_policy.catalog import load_catalog
+    from nsa_policy.catalog.store import load_catalog
 
     assert {"sm90", "sm100", "gfx942"} <= set(dims["backends"]["device"]) <= set(load_catalog().device_doc.classes)
     assert dims["backends"]["kv_cache_dtype"] == ["auto", "bfloat16", "fp8_e4m3"]

@@ -1,4 +1,4 @@
-"""Every worked case in ../shared/spec/cases passes through the library and through the CLI."""
+"""Every worked case (tests/cases, plus ../shared/spec/cases when present) passes through the library and through the CLI."""
 from __future__ import annotations
 
 import json
@@ -33,7 +33,7 @@ def test_case_library(policy: str, case: dict) -> None:
 
 @pytest.mark.parametrize(("policy", "case"), CASES, ids=IDS)
 def test_case_cli_json(policy: str, case: dict) -> None:
-    from cli import app
+    from nsa_policy.cli import app
 
     args, env = cli_args(case["input"], policy)
     result = CliRunner().invoke(app, args, env={**env, "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": env.get(
@@ -51,7 +51,7 @@ def test_case_cli_json(policy: str, case: dict) -> None:
 
 
 def test_cli_json_equals_library_dump() -> None:
-    from cli import app
+    from nsa_policy.cli import app
 
     result = CliRunner().invoke(app, ["resolve", "--json", "--device", "b200", "--model", "zai-org/GLM-5"],
                                 env={"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None,
@@ -63,7 +63,7 @@ def test_cli_json_equals_library_dump() -> None:
 
 def test_console_script_subprocess_exit_codes(tmp_path) -> None:
     """The installed entry point, as a user runs it: 0 resolved, 1 rejected (JSON still printed), 2 bad usage."""
-    base = [sys.executable, "-c", "import cli; cli.main()"]
+    base = [sys.executable, "-c", "from nsa_policy.cli import main; main()"]
     ok = subprocess.run(base + ["resolve", "--device", "b200", "--model", "deepseek-ai/DeepSeek-V3.2", "--json"],
                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr

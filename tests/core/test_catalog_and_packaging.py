@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nsa_policy.catalog import load_catalog
+from nsa_policy.catalog.store import load_catalog
 
 POLICY_DEVICES = {"h100": "sm90", "h200": "sm90", "h20": "sm90", "gh200": "sm90", "b200": "sm100", "gb200": "sm100",
                   "b300": "sm103", "gb300": "sm103", "rtx-pro-6000": "sm120", "rtx-5090": "sm120", "gb10": "sm121",
@@ -61,7 +61,7 @@ def test_capability_matrix_matches_policy(backend, device, kv, phase, runs) -> N
 
 
 def test_cli_listings() -> None:
-    from cli import app
+    from nsa_policy.cli import app
 
     r = CliRunner()
     devices = json.loads(r.invoke(app, ["devices", "--json"]).stdout)
@@ -78,7 +78,7 @@ def test_cli_listings() -> None:
 
 
 def test_json_schema_export() -> None:
-    from cli import app
+    from nsa_policy.cli import app
 
     out = CliRunner().invoke(app, ["schema"])
     schemas = json.loads(out.stdout)
@@ -88,7 +88,7 @@ def test_json_schema_export() -> None:
 
 
 def test_policy_path_never_imports_torch_or_flashinfer(tmp_path: Path) -> None:
-    code = ("import sys, json, cli\n"
+    code = ("import sys, json\nimport nsa_policy.cli as cli\n"
             "import nsa_policy\n"
             "nsa_policy.resolve({}, device='b200', model='deepseek-ai/DeepSeek-V3.2', env={})\n"
             "from typer.testing import CliRunner\n"
@@ -107,7 +107,7 @@ def test_built_wheel_ships_rules_and_cli(tmp_path: Path, repo: Path) -> None:
     assert out.returncode == 0, out.stderr
     [wheel] = list(tmp_path.glob("nsa_policy-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "cli.py" in names
+    assert "nsa_policy/cli.py" in names
     for rel in ("codes.yaml", "catalog/backends.yaml", "policy/default/bundle.yaml", "policy/sglang-0.5.10/bundle.yaml",
                 "policy/sglang-pre-21783/bundle.yaml"):
         assert f"nsa_policy/_rules/{rel}" in names, rel
@@ -119,7 +119,7 @@ def test_built_wheel_ships_rules_and_cli(tmp_path: Path, repo: Path) -> None:
     inst = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                           capture_output=True, text=True)
     assert inst.returncode == 0, inst.stderr
-    code = ("import nsa_policy, nsa_policy.paths as p; d = nsa_policy.resolve({}, device='gb10', "
+    code = ("import nsa_policy, nsa_policy.catalog.paths as p; d = nsa_policy.resolve({}, device='gb10', "
             "model='zai-org/GLM-5', env={}); print(p.rules_dir(), d.prefill_backend)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})

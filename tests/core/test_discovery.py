@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import DeviceDiscoveryError, resolve
-from nsa_policy.catalog import load_catalog
-from nsa_policy.discovery import discover, read_nvml
+from nsa_policy.catalog.store import load_catalog
+from nsa_policy.integration.discovery import discover, read_nvml
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -107,7 +107,7 @@ def test_real_no_gpu_path_on_this_machine() -> None:
     with pytest.raises(DeviceDiscoveryError) as exc:
         resolve({}, model="deepseek-ai/DeepSeek-V3.2")  # device="auto" is the default
     assert "--device" in str(exc.value) and "b200" in str(exc.value)
-    from cli import app
+    from nsa_policy.cli import app
 
     result = CliRunner().invoke(app, ["resolve", "--model", "deepseek-ai/DeepSeek-V3.2"])
     assert result.exit_code == 2 and "found no GPU" in result.output and "Traceback" not in result.output

@@ -10,13 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import InputError, PolicyError, RuleFileError, ServingConfig, resolve
-from nsa_policy.bundle import compile_bundle
+from nsa_policy.engine.bundle import compile_bundle
 
 DS = "deepseek-ai/DeepSeek-V3.2"
 
 
 def run_cli(*args: str, env: dict | None = None):
-    from cli import app
+    from nsa_policy.cli import app
 
     clean = {"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None, "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None}
     return CliRunner().invoke(app, list(args), env={**clean, **(env or {})})

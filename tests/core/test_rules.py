@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsa_policy import decide, build_facts
-from nsa_policy.bundle import concrete_bundles, get_bundle
+from nsa_policy.engine.bundle import concrete_bundles, get_bundle
 
 DS = "deepseek-ai/DeepSeek-V3.2"
 GLM = "zai-org/GLM-5"

@@ -10,7 +10,7 @@ CORPUS = DATA / "corpus"
 
 
 def run_lint(*args: str):
-    from cli import app
+    from nsa_policy.cli import app
 
     return CliRunner().invoke(app, ["lint", *args])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import textwrap
 
 from nsa_policy.lint import LintOptions, lint_paths
-from nsa_policy.lint.check import skipped_codes
+from nsa_policy.lint.launch_checks import skipped_codes
 
 from .helpers import findings
 
@@ -101,7 +101,7 @@ def test_every_device_of_an_affinity_is_checked(tmp_path) -> None:
 
 
 def test_gpu_labels_map_to_catalog_devices(tmp_path) -> None:
-    from nsa_policy.lint.check import Checker, LintOptions as O
+    from nsa_policy.lint.launch_checks import Checker, LintOptions as O
 
     c = Checker(O())
     for label, name in [("NVIDIA-H100-80GB-HBM3", "h100"), ("NVIDIA-GeForce-RTX-5090", "rtx-5090"),

@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from nsa_policy.codes import load_codes
+from nsa_policy.catalog.codes import load_codes
 
 from .helpers import CORPUS, DATA, run_lint
 
@@ -101,7 +101,7 @@ def test_output_file(tmp_path) -> None:
 
 
 def test_every_code_has_documentation() -> None:
-    from cli import app
+    from nsa_policy.cli import app
 
     runner = CliRunner()
     for code, doc in load_codes().codes.items():

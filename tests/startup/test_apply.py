@@ -9,7 +9,7 @@ from typing import Optional
 import pytest
 
 from nsa_policy import InputError, PolicyError
-from nsa_policy.startup import StartupRejected, apply
+from nsa_policy.integration.startup import StartupRejected, apply
 
 from .sglang_args import sglang_parser
 
@@ -204,7 +204,7 @@ EXTRAS = ([], ["--kv-cache-dtype", "fp8_e4m3"], ["--kv-cache-dtype", "bf16"], ["
 
 def test_default_policy_is_a_fixed_point_on_every_catalog_device_and_model() -> None:
     """apply twice on every device × model × a few flag sets: nothing changes, the decision is the same."""
-    from nsa_policy.catalog import load_catalog
+    from nsa_policy.catalog.store import load_catalog
 
     catalog = load_catalog()
     quiet = logging.getLogger("nsa_policy.startup.fixed-point")

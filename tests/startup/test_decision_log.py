@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import Decision, InputError, resolve
-from nsa_policy.decision_log import (LOG_FORMAT, DecisionLogHandler, append_decision, parse_entry,
+from nsa_policy.integration.decision_log import (LOG_FORMAT, DecisionLogHandler, append_decision, parse_entry,
                                      read_decision_log)
-from nsa_policy.startup import apply
+from nsa_policy.integration.startup import apply
 
 from .sglang_args import sglang_parser
 
@@ -66,7 +66,7 @@ def test_handler_logs_what_startup_apply_decided(tmp_path: Path) -> None:
 
 
 def test_cli_log_decisions_appends_one_line_per_device(tmp_path: Path) -> None:
-    from cli import app
+    from nsa_policy.cli import app
 
     log = tmp_path / "cli.jsonl"
     env = {"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None, "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None}

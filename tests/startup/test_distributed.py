@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from nsa_policy import resolve
-from nsa_policy.distributed import disagreement_message, rank_decision
-from nsa_policy.fleet import resolve_fleet
+from nsa_policy.integration.distributed import disagreement_message, rank_decision
+from nsa_policy.integration.fleet import resolve_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("agreement_worker.py")

@@ -7,14 +7,14 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import InputError, resolve
-from nsa_policy.fleet import agreement_digest, parse_device_list, resolve_fleet
+from nsa_policy.integration.fleet import agreement_digest, parse_device_list, resolve_fleet
 
 DS = "deepseek-ai/DeepSeek-V3.2"
 CLEAN = {"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None, "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None}
 
 
 def run_cli(*args: str):
-    from cli import app
+    from nsa_policy.cli import app
 
     return CliRunner().invoke(app, list(args), env=CLEAN)
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import InputError
-from nsa_policy.launch import parse_command, plan_launch
+from nsa_policy.integration.launch import parse_command, plan_launch
 
 from .sglang_args import sglang_parser
 
@@ -24,7 +24,7 @@ CLEAN = {NSA_ENV: None, DSA_ENV: None}
 
 
 def run_cli(*args: str, env: dict | None = None):
-    from cli import app
+    from nsa_policy.cli import app
 
     return CliRunner().invoke(app, list(args), env={**CLEAN, **(env or {})})
 
@@ -107,7 +107,7 @@ def test_launch_execs_the_final_command_with_the_env_addition(tmp_path: Path) ->
     probe = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('%s')]))" % NSA_ENV
     env = {k: v for k, v in os.environ.items() if k not in CLEAN}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-m", "cli", "launch", "--device", "h200", "--log-decisions",
+    out = subprocess.run([sys.executable, "-m", "nsa_policy.cli", "launch", "--device", "h200", "--log-decisions",
                           str(tmp_path / "d.jsonl"), "--", sys.executable, "-c", probe, "--model-path", DS],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -115,7 +115,7 @@ def test_launch_execs_the_final_command_with_the_env_addition(tmp_path: Path) ->
     assert argv == ["--model-path", DS, "--kv-cache-dtype", "bfloat16", "--nsa-prefill-backend", "flashmla_sparse",
                     "--nsa-decode-backend", "fa3", "--page-size", "64"]
     assert var == "2048"
-    from nsa_policy.decision_log import read_decision_log
+    from nsa_policy.integration.decision_log import read_decision_log
 
     [entry] = read_decision_log(tmp_path / "d.jsonl")
     assert entry.origin == "nsa_policy.launch" and entry.context["env_set"] == {NSA_ENV: "2048"}

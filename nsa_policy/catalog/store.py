@@ -8,10 +8,10 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import InputError
-from .facts import DEVICE_CLASSES, DeviceFacts, ModelFacts
-from .paths import catalog_dir
-from .schema_load import load_doc
+from nsa_policy.errors import InputError
+from nsa_policy.engine.facts import DEVICE_CLASSES, DeviceFacts, ModelFacts
+from nsa_policy.catalog.paths import catalog_dir
+from nsa_policy.engine.schema_load import load_doc
 
 KV_DTYPES = ("bfloat16", "fp8_e4m3")
 PHASES = ("prefill", "decode")

@@ -14,9 +14,9 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from pydantic import Field
 
-from .decision import Decision
-from .errors import InputError
-from .facts import Frozen
+from nsa_policy.engine.decision import Decision
+from nsa_policy.errors import InputError
+from nsa_policy.engine.facts import Frozen
 
 # What every rank of one deployment must share, in the order differences are reported.
 AGREEMENT_FIELDS = (
@@ -104,7 +104,7 @@ def resolve_fleet(config: Any, devices: Sequence[Any], *, model: Any = None, pol
                   env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
                   trace: bool = True) -> FleetReport:
     """Resolve one configuration on every device; never raises on rejection (see `.rejected`)."""
-    from .api import build_facts, decide
+    from nsa_policy.api import build_facts, decide
 
     if not devices:
         raise InputError("devices", devices, hint="list at least one device")

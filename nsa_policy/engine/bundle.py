@@ -16,16 +16,16 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .catalog import KV_DTYPES, Catalog, load_catalog
-from .codes import CodeRegistry, load_codes
-from .conditions import ConditionError, compile_condition
-from .decision import OUTPUT_FIELDS
-from .errors import InputError, RuleFileError
-from .namespace import all_paths, known_path
-from .paths import policy_dir
-from .schema_load import validate_doc
-from .errors import closest
-from .yaml_lines import line_of, load_yaml
+from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
+from nsa_policy.catalog.codes import CodeRegistry, load_codes
+from nsa_policy.engine.conditions import ConditionError, compile_condition
+from nsa_policy.engine.decision import OUTPUT_FIELDS
+from nsa_policy.errors import InputError, RuleFileError
+from nsa_policy.engine.namespace import all_paths, known_path
+from nsa_policy.catalog.paths import policy_dir
+from nsa_policy.engine.schema_load import validate_doc
+from nsa_policy.errors import closest
+from nsa_policy.engine.yaml_lines import line_of, load_yaml
 
 STAGES = ("input", "not_dsa", "kv_cache", "backends", "threshold", "page_size", "layout", "validate")
 BUNDLE_FILE = "bundle.yaml"
@@ -274,7 +274,7 @@ class _Loader:
 
 def _display(path: Path) -> str:
     """rules/policy/default/30-backends.yaml rather than an absolute path, when inside the shipped rules."""
-    from .paths import rules_dir
+    from nsa_policy.catalog.paths import rules_dir
 
     try:
         return "rules/" + str(path.resolve().relative_to(rules_dir().resolve()))

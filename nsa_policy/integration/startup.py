@@ -31,10 +31,10 @@ from typing import Any, Mapping, Optional
 
 from pydantic import Field
 
-from .decision import Decision
-from .errors import InputError, PolicyError
-from .facts import THRESHOLD_ENV_VARS, Frozen
-from .inputs import CONFIG_FIELDS, FIELD_ALIASES
+from nsa_policy.engine.decision import Decision
+from nsa_policy.errors import InputError, PolicyError
+from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, Frozen
+from nsa_policy.inputs import CONFIG_FIELDS, FIELD_ALIASES
 
 LOGGER_NAME = "nsa_policy.startup"
 
@@ -121,7 +121,7 @@ def _flag(field: str) -> str:
 
 def explain_rejection(decision: Decision) -> str:
     """Why the policy rejected the arguments, which flags are at fault and what would be valid."""
-    from .codes import load_codes
+    from nsa_policy.catalog.codes import load_codes
 
     codes = load_codes().codes
     model = decision.model or decision.architecture or "the model"
@@ -232,7 +232,7 @@ def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", mo
     env: where the threshold variable is read and set (default os.environ).
     Raises InputError for arguments that cannot be read, StartupRejected (a PolicyError) when rejected.
     """
-    from .api import resolve
+    from nsa_policy.api import resolve
 
     args = _Args(server_args)
     env = os.environ if env is None else env

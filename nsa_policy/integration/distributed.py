@@ -18,10 +18,10 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from .decision import Decision
-from .errors import NsaPolicyError
-from .facts import Frozen
-from .fleet import agreement_view, describe_split, split_fields, view_digest
+from nsa_policy.engine.decision import Decision
+from nsa_policy.errors import NsaPolicyError
+from nsa_policy.engine.facts import Frozen
+from nsa_policy.integration.fleet import agreement_view, describe_split, split_fields, view_digest
 
 
 class AgreementError(NsaPolicyError):

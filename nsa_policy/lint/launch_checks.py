@@ -6,15 +6,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Optional
 
-from ..api import build_facts, decide
-from ..bundle import CompiledBundle, get_bundle
-from ..catalog import Catalog, load_catalog, version_ge
-from ..codes import load_codes
-from ..decision import Finding
-from ..errors import InputError, closest
-from ..facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts
-from .flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
-from .model import Arg, Diagnostic, Hint, Launch, Location
+from nsa_policy.api import build_facts, decide
+from nsa_policy.engine.bundle import CompiledBundle, get_bundle
+from nsa_policy.catalog.store import Catalog, load_catalog, version_ge
+from nsa_policy.catalog.codes import load_codes
+from nsa_policy.engine.decision import Finding
+from nsa_policy.errors import InputError, closest
+from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts
+from nsa_policy.lint.flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
+from nsa_policy.lint.report import Arg, Diagnostic, Hint, Launch, Location
 
 _DEVICE_FACTS = ("device.", "cap.", "out.", "pad.", "req.", "pkg.")
 _MODEL_FACTS = ("model.", "out.", "pad.", "req.", "cap.")
@@ -165,7 +165,7 @@ class Checker:
                 continue
             config[field] = value
             where[field] = arg
-        from ..inputs import config_from
+        from nsa_policy.inputs import config_from
 
         for _ in range(len(config) + 1):
             try:
@@ -181,7 +181,7 @@ class Checker:
         return config
 
     def _env(self, launch: Launch, newer: Optional[str], out: list) -> dict[str, str]:
-        from ..inputs import environment_from
+        from nsa_policy.inputs import environment_from
 
         env: dict[str, str] = {}
         for name in THRESHOLD_ENV_VARS:

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from .errors import RuleFileError
+from nsa_policy.errors import RuleFileError
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Optional
 
-from .catalog import Catalog
-from .decision import OUTPUT_FIELDS
-from .facts import DeviceFacts, Facts, ModelFacts, ServingConfig, effective_tp_size
+from nsa_policy.catalog.store import Catalog
+from nsa_policy.engine.decision import OUTPUT_FIELDS
+from nsa_policy.engine.facts import DeviceFacts, Facts, ModelFacts, ServingConfig, effective_tp_size
 
 KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
 

@@ -22,15 +22,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from ..bundle import CompiledBundle, compile_bundle, get_bundle
-from ..catalog import load_catalog
-from ..codes import load_codes
-from ..errors import RuleFileError
-from ..evaluator import evaluate
-from .invariants import INVARIANTS
-from .references import (code_problems, declared_wins, evidence_basis, literal_problems, wins_over_problems)
-from .run import RECORD_FIELDS, SpaceRun, near_misses, run_space
-from .space import FactsBuilder, Space, standard_space
+from nsa_policy.engine.bundle import CompiledBundle, compile_bundle, get_bundle
+from nsa_policy.catalog.store import load_catalog
+from nsa_policy.catalog.codes import load_codes
+from nsa_policy.errors import RuleFileError
+from nsa_policy.engine.evaluator import evaluate
+from nsa_policy.verify.invariants import INVARIANTS
+from nsa_policy.verify.references import (code_problems, declared_wins, evidence_basis, literal_problems, wins_over_problems)
+from nsa_policy.verify.run import RECORD_FIELDS, SpaceRun, near_misses, run_space
+from nsa_policy.verify.space import FactsBuilder, Space, standard_space
 
 KIND_ORDER = ("schema", "reference", "evidence", "unreachable", "shadowed", "order-dependence", "stale-declaration",
               "order-read", "crash", "undecided", "invariant")
@@ -249,7 +249,7 @@ def check_bundle(policy: str, *, space: Optional[Space] = None, workers: Optiona
                      "effective": run.count("effective", r.id), "evidence": evidence_basis(r, bundle, codes)}
                     for r in bundle.rules]
     if cases:
-        from .coverage import case_coverage
+        from nsa_policy.verify.coverage import case_coverage
 
         report.coverage = case_coverage(bundle, cases)
     report.seconds = time.perf_counter() - started

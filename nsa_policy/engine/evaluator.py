@@ -4,12 +4,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Optional
 
-from .bundle import STAGES, CompiledBundle, CompiledRule
-from .catalog import KV_DTYPES, Catalog
-from .decision import Decision, Finding, Provenance, RuntimeThresholds, TraceEntry
-from .errors import closest
-from .facts import Facts
-from .namespace import FactNamespace, build_namespace, threshold_detail
+from nsa_policy.engine.bundle import STAGES, CompiledBundle, CompiledRule
+from nsa_policy.catalog.store import KV_DTYPES, Catalog
+from nsa_policy.engine.decision import Decision, Finding, Provenance, RuntimeThresholds, TraceEntry
+from nsa_policy.errors import closest
+from nsa_policy.engine.facts import Facts
+from nsa_policy.engine.namespace import FactNamespace, build_namespace, threshold_detail
 
 _USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--nsa-prefill-backend"),
                  ("decode_backend", "--nsa-decode-backend"), ("page_size", "--page-size"))

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from ._common import EXIT_OK, EXIT_REJECTED, fail_usage
+from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_usage
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _format(fmt: str, allowed: tuple[str, ...], as_json: bool):
-    from ..errors import InputError
+    from nsa_policy.errors import InputError
 
     if fmt not in allowed:
         raise fail_usage(InputError("--format", fmt, list(allowed)), as_json)
@@ -32,10 +32,10 @@ def check(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: up to 2)."),
 ) -> None:
     """Check bundles over the whole enumerated input space; exit 1 on any finding."""
-    from ..bundle import concrete_bundles
-    from ..errors import NsaPolicyError
-    from ..verify.check import check_bundle, render_json, render_markdown, render_text
-    from ..verify.coverage import load_case_files
+    from nsa_policy.engine.bundle import concrete_bundles
+    from nsa_policy.errors import NsaPolicyError
+    from nsa_policy.verify.exhaustive import check_bundle, render_json, render_markdown, render_text
+    from nsa_policy.verify.coverage import load_case_files
 
     fmt = "json" if as_json else fmt
     _format(fmt, ("text", "markdown", "json"), fmt == "json")
@@ -62,9 +62,9 @@ def diff(
     workers: Optional[int] = typer.Option(None, "--workers", min=1),
 ) -> None:
     """Every input whose decision differs between two bundles, grouped into change classes."""
-    from ..errors import NsaPolicyError
-    from ..verify.check import load_for_check
-    from ..verify.diff import diff_inputs, diff_space, load_inputs, render_json, render_markdown, render_text
+    from nsa_policy.errors import NsaPolicyError
+    from nsa_policy.verify.exhaustive import load_for_check
+    from nsa_policy.verify.diff import diff_inputs, diff_space, load_inputs, render_json, render_markdown, render_text
 
     fmt = "json" if as_json else fmt
     _format(fmt, ("text", "markdown", "json"), fmt == "json")
@@ -94,8 +94,8 @@ def matrix(
     """The support matrix (backend × device × KV dtype × phase) as markdown, or PNG+SVG+markdown files."""
     import json
 
-    from ..errors import NsaPolicyError
-    from ..verify.matrix import matrix_data, render_markdown, write_all
+    from nsa_policy.errors import NsaPolicyError
+    from nsa_policy.verify.matrix import matrix_data, render_markdown, write_all
 
     _format(fmt, ("markdown", "json"), fmt == "json")
     try:

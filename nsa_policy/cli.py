@@ -108,7 +108,7 @@ def resolve(
                             env=os.environ, packages=parse_packages(package))
         decision = decide(facts, policy)
         if log_decisions:
-            from nsa_policy.decision_log import append_decision
+            from nsa_policy.integration.decision_log import append_decision
 
             append_decision(log_decisions, decision, origin="cli.resolve")
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
@@ -116,7 +116,7 @@ def resolve(
     if as_json:
         print(json.dumps(decision.model_dump(mode="json")))
     else:
-        from nsa_policy.render import render_explain, render_table
+        from nsa_policy.commands._render import render_explain, render_table
 
         print(render_explain(decision) if explain else render_table(decision))
     raise typer.Exit(EXIT_REJECTED if decision.errors else EXIT_OK)
@@ -124,13 +124,13 @@ def resolve(
 
 def _resolve_fleet(config, devices, model_argument, model_args, package, policy, as_json, explain, log_decisions):
     """`resolve --device h200,b200`: one decision per device, and whether one serves them all (exit 1 if not)."""
-    from nsa_policy.fleet import parse_device_list, resolve_fleet
+    from nsa_policy.integration.fleet import parse_device_list, resolve_fleet
 
     try:
         report = resolve_fleet(config, parse_device_list(devices), model=model_argument(*model_args) or None,
                                policy=policy, env=os.environ, packages=parse_packages(package))
         if log_decisions:
-            from nsa_policy.decision_log import append_decision
+            from nsa_policy.integration.decision_log import append_decision
 
             for name in report.devices:
                 append_decision(log_decisions, report.decisions[name], origin="cli.resolve",
@@ -140,7 +140,7 @@ def _resolve_fleet(config, devices, model_argument, model_args, package, policy,
     if as_json:
         print(json.dumps(report.model_dump(mode="json")))
     else:
-        from nsa_policy.render import render_explain, render_table
+        from nsa_policy.commands._render import render_explain, render_table
 
         for name in report.devices:
             print(render_explain(report.decisions[name]) if explain else render_table(report.decisions[name]))
@@ -166,7 +166,7 @@ def schema(
 @app.command()
 def devices(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the device catalog and the capability specs."""
-    from nsa_policy.catalog import load_catalog
+    from nsa_policy.catalog.store import load_catalog
 
     cat = load_catalog()
     rows = [{"name": n, **cat.device(n).model_dump(mode="json", exclude={"name"})} for n in cat.device_choices]
@@ -182,7 +182,7 @@ def devices(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the model catalog."""
-    from nsa_policy.catalog import load_catalog
+    from nsa_policy.catalog.store import load_catalog
 
     cat = load_catalog()
     rows = [cat.model(m).model_dump(mode="json") for m in cat.model_ids]
@@ -196,7 +196,7 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def backends(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the backends and where each runs (the capability matrix)."""
-    from nsa_policy.catalog import KV_DTYPES, PHASES, load_catalog
+    from nsa_policy.catalog.store import KV_DTYPES, PHASES, load_catalog
 
     cat = load_catalog()
     rows = []
@@ -223,7 +223,7 @@ def backends(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def policies(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the shipped policy bundles."""
-    from nsa_policy.bundle import concrete_bundles, get_bundle
+    from nsa_policy.engine.bundle import concrete_bundles, get_bundle
 
     try:
         rows = []

@@ -18,10 +18,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from pydantic import Field
 
-from .decision import Decision
-from .errors import InputError
-from .facts import Frozen, ServingConfig
-from .inputs import FIELD_ALIASES
+from nsa_policy.engine.decision import Decision
+from nsa_policy.errors import InputError
+from nsa_policy.engine.facts import Frozen, ServingConfig
+from nsa_policy.inputs import FIELD_ALIASES
 
 # sglang's own extra spellings of the flags the policy reads.
 SGLANG_FLAG_ALIASES = {"--model": "model_path", "--tensor-parallel-size": "tp_size", "--data-parallel-size": "dp_size",
@@ -144,7 +144,7 @@ def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any 
                 env: Optional[Mapping[str, str]] = None, spelling: str = "auto",
                 logger: Optional[logging.Logger] = None) -> LaunchPlan:
     """Resolve from the command's flags and build the final command. Raises StartupRejected when rejected."""
-    from .startup import apply
+    from nsa_policy.integration.startup import apply
 
     parsed = parse_command(command)
     ns = _namespace(parsed, spelling)

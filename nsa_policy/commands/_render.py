@@ -1,8 +1,8 @@
 """Human-readable output of a decision: a short table, and with --explain the why of everything."""
 from __future__ import annotations
 
-from .bundle import get_bundle
-from .decision import Decision
+from nsa_policy.engine.bundle import get_bundle
+from nsa_policy.engine.decision import Decision
 
 SHOWN = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend",
          "dense_attn_kv_len_threshold", "index_topk", "kv_cache_layout")

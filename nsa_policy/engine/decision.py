@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from .facts import Facts, Frozen
+from nsa_policy.engine.facts import Facts, Frozen
 
 Level = Literal["error", "warning", "info"]
 

@@ -20,9 +20,9 @@ from typing import Any, Iterator, Literal, Mapping, Optional, Union
 
 from pydantic import Field, ValidationError
 
-from .decision import Decision
-from .errors import InputError
-from .facts import Frozen
+from nsa_policy.engine.decision import Decision
+from nsa_policy.errors import InputError
+from nsa_policy.engine.facts import Frozen
 
 LOG_FORMAT = "nsa-policy-decision-log/1"
 

@@ -5,9 +5,9 @@ import importlib.util
 import sys
 from typing import Any, Callable, Optional
 
-from .catalog import Catalog
-from .errors import DeviceDiscoveryError
-from .facts import DeviceFacts
+from nsa_policy.catalog.store import Catalog
+from nsa_policy.errors import DeviceDiscoveryError
+from nsa_policy.engine.facts import DeviceFacts
 
 
 def _choices(catalog: Catalog) -> str:

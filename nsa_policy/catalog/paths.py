@@ -11,11 +11,11 @@ def rules_dir() -> Path:
     override = os.environ.get("NSA_POLICY_RULES_DIR")
     if override:
         return Path(override)
-    here = Path(__file__).resolve().parent
-    packaged = here / "_rules"  # the wheel carries rules/ here (pyproject force-include)
+    package = Path(__file__).resolve().parent.parent  # nsa_policy/
+    packaged = package / "_rules"  # the wheel carries rules/ here (pyproject force-include)
     if packaged.is_dir():
         return packaged
-    checkout = here.parent / "rules"
+    checkout = package.parent / "rules"
     if checkout.is_dir():
         return checkout
     raise FileNotFoundError(f"nsa-policy rules not found: looked in {packaged} and {checkout}")
