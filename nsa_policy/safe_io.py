@@ -40,6 +40,7 @@ class UnsafeInput(InputError):
 
     def __init__(self, field: str, value: object, hint: str):
         super().__init__(field, value, hint=hint)
+        self.hint = hint  # the limit broken, for callers that report it in their own words
 
 
 def _kind(mode: int) -> str:

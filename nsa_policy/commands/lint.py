@@ -1,6 +1,7 @@
 """`nsa-policy lint PATHS…` and `nsa-policy rule CODE`."""
 from __future__ import annotations
 
+import os
 from typing import List, Optional
 
 import typer
@@ -19,7 +20,8 @@ def lint(
     paths: Optional[List[str]] = typer.Argument(None, help="Files or folders to lint (default: .)."),
     device: Optional[str] = typer.Option(None, "--device", help="Device for every launch (overrides what files say): "
                                                                  "catalog name (h200, b200…) or capability spec (sm90…)."),
-    policy: str = typer.Option("default", "--policy", help="Bundle the launches are checked against."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Bundle the launches are checked against (default: "
+                                         "default). Given here, no file's 'nsa-policy: policy=' hint can change it."),
     fmt: str = typer.Option("text", "--format", help="text, json, github or sarif."),
     fail_level: str = typer.Option("error", "--fail-level", help="Exit 1 when a finding is at or above: error, warning, info."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (unreadable input still exits 2)."),
@@ -37,18 +39,25 @@ def lint(
         raise fail_usage(InputError("--format", fmt, list(FORMATS)))
     if fail_level not in _LEVEL_RANK:
         raise fail_usage(InputError("--fail-level", fail_level, list(_LEVEL_RANK)))
+    from nsa_policy.safe_io import check_output_path, write_atomic
+
+    targets = paths or ["."]
     try:
-        report = lint_paths(paths or ["."], LintOptions(device=device, policy=policy), tuple(exclude or ()),
-                            use_gitignore=not no_gitignore)
+        if output:  # before any work: a bad path must not cost a lint run, nor overwrite a linted file
+            check_output_path(output, field="--output", inputs=[p for p in targets if os.path.isfile(p)])
+        report = lint_paths(targets, LintOptions(device=device, policy=policy or "default",
+                                                 policy_explicit=policy is not None),
+                            tuple(exclude or ()), use_gitignore=not no_gitignore)
+        if output:
+            check_output_path(output, field="--output", inputs=report.paths)
     except NsaPolicyError as exc:
         raise fail_usage(exc, as_json)
     text = RENDERERS[fmt](report)
     if output:
         try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-        except OSError as exc:
-            raise fail_usage(InputError("--output", output, hint=exc.strerror or str(exc)))
+            write_atomic(output, text + "\n", field="--output")
+        except NsaPolicyError as exc:
+            raise fail_usage(exc, as_json)
     else:
         print(text)
     if report.unreadable:

@@ -156,12 +156,14 @@ def list_bundles() -> list[str]:
 
 
 def _bundle_path(name_or_dir: str) -> Path:
+    # A shipped bundle's bare name always means the shipped bundle: a folder of the same name in the
+    # working directory (say, one a pull request adds) must be named as a path (./default) to be used.
+    cand = policy_dir() / name_or_dir
+    if "/" not in name_or_dir and "\\" not in name_or_dir and (cand / BUNDLE_FILE).is_file():
+        return cand
     p = Path(name_or_dir)
     if (p / BUNDLE_FILE).is_file():
         return p
-    cand = policy_dir() / name_or_dir
-    if (cand / BUNDLE_FILE).is_file():
-        return cand
     if p.exists():
         raise InputError("policy", name_or_dir, hint=f"folder has no {BUNDLE_FILE}")
     raise InputError("policy", name_or_dir, [b for b in list_bundles()], hint="not a bundle name or folder")

@@ -134,6 +134,9 @@ def iter_files(paths: list[str], excludes: list[str], use_gitignore: bool = True
             if not _ignored(os.path.abspath(top), False, [], exclude):
                 yield top, kind
             continue
+        if not os.path.isdir(top):  # a FIFO, device or socket named on the command line: reported, never read
+            yield top, "unreadable"
+            continue
         yield from _walk(top, exclude, use_gitignore)
 
 
@@ -161,6 +164,7 @@ def _walk(top: str, exclude: Optional[IgnoreRules], use_gitignore: bool) -> Iter
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError:
+            yield folder, "unreadable"  # silently skipping it would report a tree clean that was not read
             continue
         subdirs = []
         for e in entries:

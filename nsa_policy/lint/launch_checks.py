@@ -7,7 +7,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from nsa_policy.api import build_facts, decide
-from nsa_policy.engine.bundle import CompiledBundle, get_bundle
+from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles
 from nsa_policy.catalog.store import Catalog, load_catalog, version_ge
 from nsa_policy.catalog.codes import load_codes
 from nsa_policy.engine.decision import Finding
@@ -63,6 +63,8 @@ def skipped_codes(policy: str, *, device: bool, model: bool) -> list[str]:
 class LintOptions:
     device: Optional[str] = None  # --device: overrides what files say
     policy: str = "default"
+    # --policy given on the command line: a file's `nsa-policy: policy=` hint cannot replace it.
+    policy_explicit: bool = False
 
 
 class Checker:
@@ -128,15 +130,25 @@ class Checker:
 
     # inputs --------------------------------------------------------------------------------------
     def _policy(self, launch: Launch, out: list) -> str:
+        # Trust model: the linted files come from a pull request. A hint may only pick another shipped
+        # bundle, never a folder (a bundle that extends default and drops its checks), and never one
+        # over an explicit --policy.
         policy = self.opts.policy
+        shipped = list_bundles()
         for h in launch.hints:
-            if h.key == "policy":
-                try:
-                    get_bundle(h.value)
-                    policy = h.value
-                except InputError as exc:
-                    out.append(self.diag("NSA407", f"{h.source}: policy {h.value!r} is not a bundle: {exc}", h.loc,
-                                         alternatives=tuple(exc.valid)))
+            if h.key != "policy":
+                continue
+            if self.opts.policy_explicit:
+                if h.value != self.opts.policy:
+                    out.append(self.diag("NSA407", f"{h.source}: policy {h.value!r} ignored: --policy "
+                                                   f"{self.opts.policy} was given on the command line", h.loc))
+                continue
+            if h.value not in shipped:
+                out.append(self.diag("NSA407", f"{h.source}: policy {h.value!r} is not a shipped bundle; a file may "
+                                               f"only name one of: {', '.join(shipped)} (a rule folder needs --policy)",
+                                     h.loc, alternatives=tuple(shipped)))
+                continue
+            policy = h.value
         return policy
 
     def _targets_dsa_spelling(self, launch: Launch) -> Optional[str]:

@@ -17,6 +17,7 @@ from nsa_policy.lint.extract_structured import Structured
 from nsa_policy.lint.report import Diagnostic, FileScan, Hint, Location
 from nsa_policy.lint.text import LineIndex, comment_hints
 from nsa_policy.lint.tree import ParseError, json_document, toml_document, yaml_documents
+from nsa_policy.safe_io import UnsafeInput, read_bytes
 
 # Structured files that mention none of these cannot hold an sglang launch or DSA setting; they are
 # counted as scanned but not parsed (lint is not a YAML/JSON/TOML validator).
@@ -30,6 +31,7 @@ class LintReport:
     launches: int = 0
     templates_skipped: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # every file read, so --output can never be one of them
 
     def count(self, level: str) -> int:
         return sum(1 for d in self.diagnostics if d.level == level)
@@ -66,6 +68,25 @@ def lint_paths(paths: list[str], opts: Optional[LintOptions] = None, excludes: t
     return report
 
 
+def _unreadable(path: str, report: "LintReport", message: str) -> FileScan:
+    report.unreadable.append(path)
+    scan = _unparsable(path, message)
+    scan.unreadable = True
+    return scan
+
+
+def _why_unreadable(path: str) -> str:
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISDIR(mode):
+        return "folder cannot be listed (permission denied)"
+    return "not a regular file (a FIFO, device or socket); lint reads only files and folders"
+
+
 def _unparsable(path: str, message: str, line: Optional[int] = None, col: Optional[int] = None) -> FileScan:
     from nsa_policy.catalog.codes import load_codes
 
@@ -76,16 +97,18 @@ def _unparsable(path: str, message: str, line: Optional[int] = None, col: Option
 
 
 def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
+    if kind == "unreadable":  # a named path that is no file or folder, or a folder that cannot be listed
+        return _unreadable(path, report, f"cannot read: {_why_unreadable(path)}")
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        data = read_bytes(path, field="path")  # regular files only, size-capped; a FIFO never blocks
+    except UnsafeInput as exc:
+        return _unreadable(path, report, exc.hint)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return _unparsable(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
-    except OSError as exc:
-        report.unreadable.append(path)
-        scan = _unparsable(path, f"cannot read: {exc.strerror or exc}")
-        scan.unreadable = True
-        return scan
+        line = data.count(b"\n", 0, exc.start) + 1
+        return _unparsable(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})", line)
+    report.paths.append(path)
     if kind == "maybe-shell":
         first = text[:200].split("\n", 1)[0]
         if not (first.startswith("#!") and ("sh" in first.rsplit("/", 1)[-1])):

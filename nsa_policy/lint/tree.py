@@ -12,6 +12,8 @@ from typing import Any, Iterator, Optional
 
 import yaml
 
+from nsa_policy.safe_io import MAX_DEPTH, UnsafeInput, check_yaml_text, load_toml_text
+
 from nsa_policy.lint.text import LineIndex
 
 
@@ -84,6 +86,10 @@ def _from_yaml(node: yaml.Node, index: LineIndex) -> N:
 
 def yaml_documents(text: str, index: LineIndex) -> list[N]:
     try:
+        check_yaml_text(text, "YAML")  # alias bombs and deep nesting, before anything composes or walks it
+    except UnsafeInput as exc:
+        raise ParseError(f"refused: {exc.hint}") from None
+    try:
         nodes = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -126,6 +132,12 @@ _STR = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
 class _Json:
     def __init__(self, text: str, index: LineIndex):
         self.t, self.ix, self.i = text, index, 0
+        self.depth = 0  # nesting so far: the parser recurses per level, so it is bounded
+
+    def nested(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(f"nests deeper than {MAX_DEPTH} levels")
 
     def fail(self, msg: str) -> ParseError:
         loc = self.ix.loc("", min(self.i, len(self.t)))
@@ -141,11 +153,13 @@ class _Json:
         c = self.t[self.i]
         loc = self.ix.loc("", self.i)
         if c == "{":
+            self.nested()
             node = N("map", loc.line, loc.col)
             self.i += 1
             self.ws()
             if self.t.startswith("}", self.i):
                 self.i += 1
+                self.depth -= 1
                 return node
             while True:
                 self.ws()
@@ -163,14 +177,17 @@ class _Json:
                     continue
                 if self.t.startswith("}", self.i):
                     self.i += 1
+                    self.depth -= 1
                     return node
                 raise self.fail("expected ',' or '}'")
         if c == "[":
+            self.nested()
             node = N("seq", loc.line, loc.col)
             self.i += 1
             self.ws()
             if self.t.startswith("]", self.i):
                 self.i += 1
+                self.depth -= 1
                 return node
             while True:
                 node.items.append(self.value())
@@ -180,6 +197,7 @@ class _Json:
                     continue
                 if self.t.startswith("]", self.i):
                     self.i += 1
+                    self.depth -= 1
                     return node
                 raise self.fail("expected ',' or ']'")
         if c == '"':
@@ -233,7 +251,9 @@ def _toml_module():
 def toml_document(text: str, index: LineIndex) -> N:
     tomllib = _toml_module()
     try:
-        data = tomllib.loads(text)
+        data = load_toml_text(text, "TOML")
+    except UnsafeInput as exc:
+        raise ParseError(f"refused: {exc.hint}") from None
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+), column (\d+)", str(exc))
         raise ParseError(f"not valid TOML: {exc}", int(m.group(1)) if m else None,
