@@ -417,7 +417,10 @@ def report_text(results: Sequence[RunResult], coverage: bool = False) -> str:
             if not r.ok:
                 lines.append(f"FAIL {r.case.where} {r.case.name} [{rr.run.bundle}]: " + "; ".join(r.problems))
     for rr in results:
-        whose = "" if rr.run.tests_of == rr.run.bundle else f" (tests of {rr.run.tests_of})"
+        if rr.run.tests_of == "--cases":
+            whose = f" (--cases {', '.join(rr.run.files)})"
+        else:
+            whose = "" if rr.run.tests_of == rr.run.bundle else f" (tests of {rr.run.tests_of})"
         lines.append(f"{rr.run.bundle}{whose}: {rr.passed} passed, {rr.failed} failed")
     if coverage:
         for name, missing in not_fired(results).items():
