@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from nsa_policy.engine.bundle import get_bundle
-from nsa_policy.engine.decision import Decision
+from nsa_policy.engine.decision import SHOWN_FIELDS, Decision
 
-SHOWN = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend",
-         "dense_attn_kv_len_threshold", "index_topk", "kv_cache_layout")
+SHOWN = SHOWN_FIELDS  # the Decision fields tagged `shown`
 
 
 def _source(decision: Decision, field: str) -> str:

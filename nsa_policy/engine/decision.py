@@ -1,13 +1,46 @@
-"""The decision: outputs, where each came from, findings, and the trace of the rules."""
+"""The decision: outputs, where each came from, findings, and the trace of the rules.
+
+The tags on the fields (`Annotated[..., Tags(...)]`) are the one registry of what each field is for:
+an output the rules set, a value every rank must agree on, a value `check`/`diff` record per input,
+a row of `resolve`'s table. Every list of such fields (OUTPUT_FIELDS, the agreement view, the
+records of a space run, the table) is read from the tags with `tagged()`.
+"""
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from nsa_policy.engine.facts import Facts, Frozen
 
 Level = Literal["error", "warning", "info"]
+Tag = Literal["output", "agreed", "recorded", "shown"]
+TAGS: tuple[Tag, ...] = ("output", "agreed", "recorded", "shown")
+
+
+@dataclass(frozen=True)
+class Tags:
+    """What a Decision (or RuntimeThresholds) field is for. Pydantic keeps it as field metadata only:
+    it changes neither validation nor the JSON Schema.
+
+    output:   the rules set it (`set: {name: …}`; `out.<name>` and `prov.<name>` in conditions)
+    agreed:   every rank of one deployment must share it (`nsa_policy.fleet`, `ensure_agreement`)
+    recorded: `nsa-policy check` and `diff` record it for every input of the space
+    shown:    a row of `nsa-policy resolve`'s table and of `--explain`'s why
+    """
+
+    tags: frozenset[str]
+    title: Optional[str] = None  # how reports name it ("KV cache dtype"); default: the field name
+    agreed_as: Optional[str] = None  # its name in the agreement view when that holds a projection of it
+
+    def __init__(self, *tags: Tag, title: Optional[str] = None, agreed_as: Optional[str] = None):
+        unknown = set(tags) - set(TAGS)
+        if unknown:
+            raise ValueError(f"unknown field tag(s) {sorted(unknown)}; valid: {', '.join(TAGS)}")
+        object.__setattr__(self, "tags", frozenset(tags))
+        object.__setattr__(self, "title", title)
+        object.__setattr__(self, "agreed_as", agreed_as)
 
 
 class Finding(Frozen):
@@ -37,36 +70,49 @@ class TraceEntry(Frozen):
     why: str
 
 
+_OUT = Tags("output")
+
+
 class RuntimeThresholds(Frozen):
     """Per-batch planner inputs (sglang's NSA backend constants)."""
 
-    mha_chunk_capacity: int = 131072
-    flashmla_auto_ratio: int = 512
-    mha_one_shot: bool = Field(description="whether dense MHA one-shot prefill exists on this device")
+    mha_chunk_capacity: Annotated[int, _OUT] = 131072
+    flashmla_auto_ratio: Annotated[int, _OUT] = 512
+    mha_one_shot: Annotated[bool, _OUT] = Field(description="whether dense MHA one-shot prefill exists on this device")
+
+
+def _out(title: str, *more: Tag) -> Tags:
+    """An output every rank shares and the table shows; `more` adds `recorded`."""
+    return Tags("output", "agreed", "shown", *more, title=title)
+
+
+_AGREED = Tags("agreed")
 
 
 class Decision(Frozen):
-    applies: bool
+    applies: Annotated[bool, _AGREED]
     policy: str
     policy_digest: str = Field(description="sha256 of the bundle's rule files, first 16 hex digits")
     device: str
     device_class: str
-    model: Optional[str] = None
-    model_family: Optional[str] = None
+    model: Annotated[Optional[str], _AGREED] = None
+    model_family: Annotated[Optional[str], _AGREED] = None
     architecture: Optional[str] = None
-    kv_cache_dtype: Optional[str] = None
-    prefill_backend: Optional[str] = None
-    decode_backend: Optional[str] = None
-    page_size: Optional[int] = None
-    attention_backend: Optional[str] = None
-    dense_attn_kv_len_threshold: Optional[int] = None
-    index_topk: Optional[int] = None
-    kv_cache_layout: Optional[str] = None
-    heads_per_rank: Optional[int] = None
-    padded_heads: dict[str, int] = Field(default_factory=dict, description="phase → q heads after kernel padding")
-    runtime: Optional[RuntimeThresholds] = None
+    kv_cache_dtype: Annotated[Optional[str], _out("KV cache dtype", "recorded")] = None
+    prefill_backend: Annotated[Optional[str], _out("prefill backend", "recorded")] = None
+    decode_backend: Annotated[Optional[str], _out("decode backend", "recorded")] = None
+    page_size: Annotated[Optional[int], _out("page size", "recorded")] = None
+    attention_backend: Annotated[Optional[str], _out("attention backend")] = None
+    dense_attn_kv_len_threshold: Annotated[Optional[int], _out("dense-attention threshold", "recorded")] = None
+    index_topk: Annotated[Optional[int], _out("index top-k")] = None
+    kv_cache_layout: Annotated[Optional[str], _out("KV cache layout", "recorded")] = None
+    heads_per_rank: Annotated[Optional[int], _AGREED] = None
+    padded_heads: Annotated[dict[str, int], _AGREED] = Field(
+        default_factory=dict, description="phase → q heads after kernel padding")
+    runtime: Annotated[Optional[RuntimeThresholds], _AGREED] = None
     warnings: tuple[Finding, ...] = ()
-    errors: tuple[Finding, ...] = ()
+    # Ranks agree on the error codes, not the messages: a message may name the device.
+    errors: Annotated[tuple[Finding, ...], Tags("agreed", agreed_as="error_codes")] = ()
     notes: tuple[Finding, ...] = ()
     provenance: dict[str, Provenance] = Field(default_factory=dict)
     trace: tuple[TraceEntry, ...] = ()
@@ -81,8 +127,35 @@ class Decision(Frozen):
         return self.errors + self.warnings + self.notes
 
 
-OUTPUT_FIELDS = (
-    "kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend",
-    "dense_attn_kv_len_threshold", "index_topk", "kv_cache_layout",
-    "mha_chunk_capacity", "flashmla_auto_ratio", "mha_one_shot",
-)
+def _tags_of(model: type[BaseModel]) -> dict[str, Tags]:
+    found = {}
+    for name, info in model.model_fields.items():
+        marks = [m for m in info.metadata if isinstance(m, Tags)]
+        if marks:
+            found[name] = marks[0]
+    return found
+
+
+FIELD_TAGS: dict[str, Tags] = {**_tags_of(Decision), **_tags_of(RuntimeThresholds)}
+
+
+def tagged(tag: Tag, model: type[BaseModel] = Decision) -> tuple[str, ...]:
+    """The fields of `model` carrying `tag`, in declaration order."""
+    if tag not in TAGS:
+        raise ValueError(f"unknown field tag {tag!r}; valid: {', '.join(TAGS)}")
+    return tuple(name for name, t in _tags_of(model).items() if tag in t.tags)
+
+
+def field_title(name: str) -> str:
+    """How reports name a tagged field ("KV cache dtype"); the field name when it has no title."""
+    t = FIELD_TAGS.get(name)
+    return t.title if t is not None and t.title else name
+
+
+# Outputs the rules set: the Decision's own, then the planner constants it carries in `runtime`.
+DECISION_OUTPUTS = tagged("output")
+OUTPUT_FIELDS = DECISION_OUTPUTS + tagged("output", RuntimeThresholds)
+# What ranks compare, under the agreement view's names (errors → error_codes).
+AGREED_FIELDS = tuple(FIELD_TAGS[f].agreed_as or f for f in tagged("agreed"))
+RECORDED_FIELDS = tagged("recorded")
+SHOWN_FIELDS = tagged("shown")

@@ -14,16 +14,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from pydantic import Field
 
-from nsa_policy.engine.decision import Decision
+from nsa_policy.engine.decision import AGREED_FIELDS, Decision
 from nsa_policy.errors import InputError
 from nsa_policy.engine.facts import Frozen
 
-# What every rank of one deployment must share, in the order differences are reported.
-AGREEMENT_FIELDS = (
-    "applies", "model", "model_family", "kv_cache_dtype", "prefill_backend", "decode_backend", "page_size",
-    "attention_backend", "dense_attn_kv_len_threshold", "index_topk", "kv_cache_layout", "heads_per_rank",
-    "padded_heads", "runtime", "error_codes",
-)
+# What every rank of one deployment must share, in the order differences are reported: the Decision
+# fields tagged `agreed` (nsa_policy.engine.decision), errors as their codes.
+AGREEMENT_FIELDS = AGREED_FIELDS
 
 
 def agreement_view(decision: Decision) -> dict[str, Any]:

@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from nsa_policy.engine.bundle import CompiledBundle
+from nsa_policy.engine.decision import field_title
 from nsa_policy.verify.run import RECORD_FIELDS, record_of, run_space
 from nsa_policy.verify.space import Space, standard_space
 
-FIELD_TITLES = {"kv_cache_dtype": "KV cache dtype", "prefill_backend": "prefill backend",
-                "decode_backend": "decode backend", "page_size": "page size",
-                "dense_attn_kv_len_threshold": "dense-attention threshold", "kv_cache_layout": "KV cache layout"}
 
 
 @dataclass
@@ -42,7 +40,7 @@ class ChangeClass:
         if self.kind == "output":
             moves = ", ".join(f"{_fmt(a)} → {_fmt(b)}" for (a, b), _ in self.transitions.most_common(4))
             more = f" (+{len(self.transitions) - 4} more)" if len(self.transitions) > 4 else ""
-            return f"{FIELD_TITLES.get(self.what, self.what)}: {moves}{more}"
+            return f"{field_title(self.what)}: {moves}{more}"
         if self.kind == "status":
             ((a, b), _), = self.transitions.most_common(1)
             if self.cause_b:

@@ -21,14 +21,15 @@ from typing import Any, Callable, Optional
 from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
 from nsa_policy.engine.conditions import compile_condition
+from nsa_policy.engine.decision import DECISION_OUTPUTS, RECORDED_FIELDS
 from nsa_policy.engine.evaluator import _value, evaluate
 from nsa_policy.engine.namespace import KV_ALIASES
 from nsa_policy.verify.invariants import check_invariants  # imported here, not in forked workers
 from nsa_policy.verify.space import FactsBuilder, Point, Space
 
-RECORD_FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size",
-                 "dense_attn_kv_len_threshold", "kv_cache_layout")
-ESSENTIAL = RECORD_FIELDS + ("attention_backend", "index_topk")
+RECORD_FIELDS = RECORDED_FIELDS  # the Decision fields tagged `recorded`
+# Every DSA decision that is not rejected sets all its outputs.
+ESSENTIAL = RECORD_FIELDS + tuple(f for f in DECISION_OUTPUTS if f not in RECORD_FIELDS)
 # input fields at fault (Finding.fields) → the space dimension that varies them
 FIELD_DIMS = {"kv_cache_dtype": "kv_cache_dtype", "nsa_prefill_backend": "prefill", "nsa_decode_backend": "decode",
               "tp_size": "parallel", "dp_size": "parallel", "enable_dp_attention": "parallel",
