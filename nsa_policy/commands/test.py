@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 import typer
 
@@ -14,18 +13,24 @@ def register(app: typer.Typer) -> None:
 
 
 def run_rule_tests(
-    policy: Optional[str] = typer.Option(None, "--policy",
-                                         help="Bundle name or rule folder (default: every shipped bundle)."),
-    cases: Optional[List[str]] = typer.Option(None, "--cases",
-                                              help="More test files or folders, run against --policy's bundle "
-                                                   "(repeatable; contract case files work too)."),
+    policy: str | None = typer.Option(None, "--policy",
+                                      help="Bundle name or rule folder (default: every shipped bundle)."),
+    cases: list[str] | None = typer.Option(None, "--cases",
+                                           help="More test files or folders, run against --policy's bundle "
+                                                "(repeatable; contract case files work too)."),
     as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
     coverage: bool = typer.Option(False, "--coverage", help="Also list the rules no case fires."),
 ) -> None:
     """Run a bundle's own rule tests (its tests/*.yaml); exit 1 when a case fails."""
     from nsa_policy.engine.bundle import list_bundles
     from nsa_policy.errors import InputError, NsaPolicyError
-    from nsa_policy.verify.rule_tests import execute, plan, report_json, report_text, shipped_plan
+    from nsa_policy.verify.rule_tests import (
+        execute,
+        plan,
+        report_json,
+        report_text,
+        shipped_plan,
+    )
 
     try:
         if policy is None and cases:

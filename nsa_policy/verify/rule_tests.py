@@ -12,9 +12,10 @@ the top-level *.yaml of a bundle folder, so tests/ never becomes rules and never
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,7 +25,7 @@ from nsa_policy.catalog.store import KV_DTYPES, load_catalog
 from nsa_policy.engine.bundle import BUNDLE_FILE, BundleFile, get_bundle, list_bundles
 from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.schema_load import validate_doc
-from nsa_policy.engine.yaml_lines import LineDict, LineList, line_of, load_yaml
+from nsa_policy.engine.yaml_lines import LineDict, line_of, load_yaml
 from nsa_policy.errors import InputError, NsaPolicyError, RuleFileError, closest
 
 TESTS_DIR = "tests"
@@ -44,24 +45,24 @@ class _Strict(BaseModel):
 
 class CaseSpec(_Strict):
     name: str = Field(min_length=1)
-    description: Optional[str] = None
+    description: str | None = None
     input: dict[str, Any]
     expect: dict[str, Any] = Field(min_length=1, description="a case with nothing expected tests nothing")
 
 
 class RuleTestFile(_Strict):
-    description: Optional[str] = None
+    description: str | None = None
     # A contract case file (tests/cases/*.yaml) names its policy and source; passed with --cases it
     # runs against the bundle under test whatever `policy` says (docs/rule-tests.md).
-    policy: Optional[str] = None
-    source: Optional[str] = None
+    policy: str | None = None
+    source: str | None = None
     cases: list[CaseSpec] = Field(min_length=1)
 
 
 class Expectation(_Strict):
     outputs: dict[str, Any] = {}
-    rejected: Optional[bool] = None
-    warning_codes_nonempty: Optional[bool] = None
+    rejected: bool | None = None
+    warning_codes_nonempty: bool | None = None
     codes: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -139,7 +140,7 @@ def _code_list(key: str, value: Any, err) -> tuple[str, ...]:
 
 
 def _expectation(data: LineDict, where: list, name: str, path: Path) -> Expectation:
-    def err(msg: str, key: Optional[str] = None) -> RuleFileError:
+    def err(msg: str, key: str | None = None) -> RuleFileError:
         loc = where + ([key] if key is not None else [])
         return RuleFileError(str(path), line_of(data, loc), f"case {name!r}: expect.{msg}")
 
@@ -149,7 +150,9 @@ def _expectation(data: LineDict, where: list, name: str, path: Path) -> Expectat
     out: dict[str, Any] = {"outputs": {}}
     catalog = load_catalog()
     for key, value in expect.items():
-        e = lambda msg, _k=key: err(msg, _k)  # noqa: E731 - the error at this key's line
+        def e(msg: str, _k: Any = key) -> RuleFileError:  # the error at this key's line
+            return err(msg, _k)
+
         if key in OUTPUT_KEYS:
             if key in ("prefill_backend", "decode_backend") and value is not None and value not in catalog.backends:
                 near = closest(value, catalog.backend_names)
@@ -179,7 +182,8 @@ def load_test_file(path: Path) -> list[RuleTestCase]:
     """The cases of one file; a malformed file raises RuleFileError at file:line."""
     data = load_yaml(path)
     doc = validate_doc(RuleTestFile, data, path)
-    cases, seen = [], {}
+    cases: list[RuleTestCase] = []
+    seen: dict[str, int] = {}
     for i, spec in enumerate(doc.cases):
         node = data["cases"][i]
         line = getattr(node, "line", None) or line_of(data, ["cases", i]) or 0
@@ -430,6 +434,25 @@ def report_text(results: Sequence[RunResult], coverage: bool = False) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["TESTS_DIR", "RuleTestCase", "CaseResult", "RuleTestRun", "RunResult", "Expectation", "load_test_file",
-           "load_files", "bundle_test_files", "plan", "shipped_plan", "run_case", "execute", "compare", "facts_of",
-           "not_fired", "report_json", "report_text", "bundle_folder", "heirs"]
+__all__ = [
+    "TESTS_DIR",
+    "CaseResult",
+    "Expectation",
+    "RuleTestCase",
+    "RuleTestRun",
+    "RunResult",
+    "bundle_folder",
+    "bundle_test_files",
+    "compare",
+    "execute",
+    "facts_of",
+    "heirs",
+    "load_files",
+    "load_test_file",
+    "not_fired",
+    "plan",
+    "report_json",
+    "report_text",
+    "run_case",
+    "shipped_plan",
+]

@@ -176,8 +176,8 @@ def test_the_tests_folder_is_not_read_as_rules(tmp_path: Path) -> None:
      "expect.rejected: true or false"),
     ("cases:\n  - name: a\n    input: {device: h200}\n    expect: {decode_backend: flashmla_kvv}\n", 4,
      "unknown backend 'flashmla_kvv'; did you mean 'flashmla_kv'?"),
-    ("cases:\n  - name: a\n    input: {device: h200}\n    expect: {page_size: 64}\n"
-     "  - name: a\n    input: {device: b200}\n    expect: {page_size: 64}\n", 5, "case name 'a' already used at line 2"),
+    (("cases:\n  - name: a\n    input: {device: h200}\n    expect: {page_size: 64}\n"
+      "  - name: a\n    input: {device: b200}\n    expect: {page_size: 64}\n"), 5, "case name 'a' already used at line 2"),
 ])
 def test_a_malformed_test_file_is_reported_at_file_line(tmp_path: Path, text: str, line: int, message: str) -> None:
     path = tmp_path / "t.yaml"

@@ -3,7 +3,7 @@
 of every shipped bundle (a new rule without a case fails here)."""
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -15,7 +15,7 @@ PAIRS = [(run.policy, case) for run in shipped_plan() for case in run.cases]
 IDS = [f"{policy}:{case.file.split('/')[-3]}/{case.file.split('/')[-1][:-5]}:{case.name}" for policy, case in PAIRS]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _result(index: int) -> CaseResult:
     policy, case = PAIRS[index]
     return run_case(case, policy)
