@@ -21,6 +21,14 @@ def rules_dir() -> Path:
     raise FileNotFoundError(f"nsa-policy rules not found: looked in {packaged} and {checkout}")
 
 
+@lru_cache(maxsize=1)
+def packaged_rules_dir() -> Path | None:
+    """The rules this installation ships (not an NSA_POLICY_RULES_DIR override): trusted as program code."""
+    if os.environ.get("NSA_POLICY_RULES_DIR"):
+        return None
+    return rules_dir().resolve()
+
+
 def policy_dir() -> Path:
     return rules_dir() / "policy"
 

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import yaml
 
 from nsa_policy.errors import RuleFileError
+from nsa_policy.safe_io import UnsafeInput, check_yaml_text, read_text
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -33,8 +34,12 @@ def _mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     out.key_lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, (list, dict)):  # unhashable: would escape as a TypeError without a line
+            raise RuleFileError(str(getattr(loader, "name", node.start_mark.name)), key_node.start_mark.line + 1,
+                                "a mapping key must be a plain value, not a list or mapping")
         if key in out:
-            raise RuleFileError(str(node.start_mark.name), key_node.start_mark.line + 1, f"duplicate key {key!r}")
+            raise RuleFileError(str(getattr(loader, "name", node.start_mark.name)), key_node.start_mark.line + 1,
+                                f"duplicate key {key!r}")
         out[key] = loader.construct_object(value_node, deep=True)
         out.key_lines[key] = key_node.start_mark.line + 1
     return out
@@ -51,11 +56,23 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequence)
 
 
+def _shipped(path: Path) -> bool:
+    from nsa_policy.catalog.paths import packaged_rules_dir
+
+    shipped = packaged_rules_dir()
+    return shipped is not None and Path(path).resolve().is_relative_to(shipped)
+
+
 def load_yaml(path: Path) -> Any:
+    """A rule, catalog or test file: a regular UTF-8 file within the size, depth and alias limits."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RuleFileError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+        text = read_text(path, field=str(path))
+        if not _shipped(path):  # the wheel's own rules are part of the program; anything else is input
+            check_yaml_text(text, str(path), field=str(path))
+    except UnsafeInput as exc:
+        where = str(exc.value)  # "path:line" for a bad byte, else the path
+        name, _, line = where.rpartition(":") if where.rpartition(":")[2].isdigit() else (where, "", "")
+        raise RuleFileError(name or str(path), int(line) if line else None, exc.hint) from None
     try:
         loader = _Loader(text)
         loader.name = str(path)
