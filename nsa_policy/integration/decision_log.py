@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import stat
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,14 +54,27 @@ def make_entry(decision: Decision, *, origin: str, context: Optional[Mapping[str
                             context=dict(context or {}), decision=decision)
 
 
+class DecisionLogError(InputError):
+    """The decision was made but could not be logged (the CLI prints it, then exits 3)."""
+
+
 def append_entry(path: Union[str, os.PathLike], entry: DecisionLogEntry) -> None:
+    """One O_APPEND write per line, so concurrent writers never interleave inside a line."""
     line = (entry.model_dump_json() + "\n").encode()
+    name = os.fspath(path)
     try:
-        fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_NONBLOCK: a FIFO without a reader fails at once instead of blocking the server's start-up.
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
     except OSError as exc:
-        raise InputError("decision log", os.fspath(path), hint=f"cannot open for appending: {exc.strerror}") from None
+        raise DecisionLogError("decision log", name, hint=f"cannot open for appending: {exc.strerror}") from None
     try:
-        os.write(fd, line)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DecisionLogError("decision log", name, hint="not a regular file; decisions are appended to files only")
+        written = os.write(fd, line)
+        if written != len(line):
+            raise DecisionLogError("decision log", name, hint=f"short write ({written} of {len(line)} bytes)")
+    except OSError as exc:
+        raise DecisionLogError("decision log", name, hint=f"cannot append: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
 
@@ -84,10 +98,13 @@ def parse_entry(line: str, where: str = "decision log") -> DecisionLogEntry:
 
 def iter_decision_log(path: Union[str, os.PathLike]) -> Iterator[DecisionLogEntry]:
     """Entries in file order; a malformed line is an error naming file:line (blank lines are skipped)."""
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if line.strip():
-                yield parse_entry(line, f"{os.fspath(path)}:{number}")
+    from nsa_policy.safe_io import read_text
+
+    # Logs grow: a larger cap than configs, still bounded, and still regular files only.
+    text = read_text(path, field="decision log", max_bytes=512 * 1024 * 1024)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield parse_entry(line, f"{os.fspath(path)}:{number}")
 
 
 def read_decision_log(path: Union[str, os.PathLike]) -> list[DecisionLogEntry]:
