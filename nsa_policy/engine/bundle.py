@@ -166,7 +166,38 @@ def _bundle_path(name_or_dir: str) -> Path:
         return p
     if p.exists():
         raise InputError("policy", name_or_dir, hint=f"folder has no {BUNDLE_FILE}")
+    release = release_bundle(name_or_dir)
+    if release is not None:
+        return policy_dir() / release
     raise InputError("policy", name_or_dir, [b for b in list_bundles()], hint="not a bundle name or folder")
+
+
+# sglang-<PEP 440 release>: a compatibility bundle named after the sglang release it reproduces.
+_RELEASE_NAME = re.compile(r"^sglang-(\d+(?:\.\d+)+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?)$")
+
+
+def release_bundle(name: str) -> Optional[str]:
+    """The shipped bundle that answers for sglang release `name`: the newest sglang-<version> bundle at or below it.
+
+    Only releases whose start-up policy changed ship a bundle, so `sglang-0.5.23` is answered by
+    `sglang-0.5.22` and `sglang-0.5.10.post1` by `sglang-0.5.10`. None when `name` is not of the form
+    sglang-<version>; an InputError when no bundle is that old. The bundle's own name (the decision's
+    `policy`) shows which one answered."""
+    from nsa_policy.versions import parse_version
+
+    m = _RELEASE_NAME.match(name.strip())
+    if m is None:
+        return None
+    want = parse_version(m.group(1), field="policy")
+    shipped = [(parse_version(r.group(1)), b) for b in list_bundles() if (r := _RELEASE_NAME.match(b))]
+    below = [(v, b) for v, b in shipped if v <= want]
+    if not below:
+        oldest = min(shipped)[1] if shipped else None
+        raise InputError("policy", name, list_bundles(),
+                         hint=f"no compatibility bundle reproduces sglang {want} or older"
+                              + (f"; the oldest release bundle is {oldest} (sglang-pre-21783 is 0.5.10rc0's policy)"
+                                 if oldest else ""))
+    return max(below)[1]
 
 
 class _Loader:
@@ -360,4 +391,4 @@ def _get_bundle(name_or_dir: str) -> CompiledBundle:
 
 
 __all__ = ["STAGES", "CompiledBundle", "CompiledRule", "compile_bundle", "get_bundle", "list_bundles",
-           "concrete_bundles", "KV_DTYPES"]
+           "concrete_bundles", "release_bundle", "KV_DTYPES"]

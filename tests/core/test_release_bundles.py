@@ -1,0 +1,49 @@
+"""sglang release names resolve to the newest compatibility bundle at or below them (issue 11)."""
+from __future__ import annotations
+
+import pytest
+
+from nsa_policy.engine.bundle import get_bundle, list_bundles, release_bundle
+from nsa_policy.errors import InputError
+from nsa_policy.versions import parse_version
+
+
+def _release_bundles() -> list[tuple[object, str]]:
+    return sorted((parse_version(b[len("sglang-"):]), b) for b in list_bundles()
+                  if b.startswith("sglang-") and b[len("sglang-"):][:1].isdigit())
+
+
+def test_shipped_names_resolve_to_themselves() -> None:
+    for _, name in _release_bundles():
+        assert release_bundle(name) == name
+        assert get_bundle(name).name == name
+
+
+@pytest.mark.parametrize("suffix", [".post1", ".post2"])
+def test_post_releases_take_their_release(suffix: str) -> None:
+    for _, name in _release_bundles():
+        assert release_bundle(name + suffix) == name
+
+
+def test_a_release_without_a_bundle_takes_the_newest_below() -> None:
+    bundles = _release_bundles()
+    newest_v, newest = bundles[-1]
+    later = f"sglang-{newest_v.major}.{newest_v.minor}.{newest_v.micro + 1}"
+    assert release_bundle(later) == newest
+    bundle = get_bundle(later)
+    assert bundle.name == newest  # the decision's `policy` names the bundle that answered
+    for (v, name), (v_next, _) in zip(bundles, bundles[1:]):
+        # a release strictly between two bundles is answered by the older one
+        if v.micro + 1 < v_next.micro:
+            assert release_bundle(f"sglang-{v.major}.{v.minor}.{v.micro + 1}") == name
+
+
+def test_too_old_or_not_a_release() -> None:
+    with pytest.raises(InputError, match="no compatibility bundle"):
+        release_bundle("sglang-0.5.1")
+    with pytest.raises(InputError, match="no compatibility bundle"):
+        release_bundle("sglang-0.5.10rc0")
+    assert release_bundle("default") is None
+    assert release_bundle("sglang-pre-21783") is None
+    with pytest.raises(InputError):
+        get_bundle("sglang-latest")
