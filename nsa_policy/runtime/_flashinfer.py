@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import re
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -74,16 +75,62 @@ def load(backend: str) -> SimpleNamespace:
         raise AdapterConfigError(f"backend {backend!r}: importing flashinfer failed ({exc!r})") from exc
 
 
+# Scale semantics of the fp8-656 cache's inline fp32 scales (flashinfer's `kv_scale_format`, sm12x
+# sparse backend). sglang's cache writer stores exact amax/448 scales and passes "arbitrary_fp32";
+# flashinfer's default ("auto" = "pow2_fp32") keeps only each scale's exponent.
+KV_SCALE_FORMATS = ("arbitrary_fp32", "pow2_fp32")
+DEFAULT_KV_SCALE_FORMAT = "arbitrary_fp32"
+# sglang's SGLANG_FLASHINFER_WORKSPACE_SIZE (384 MiB): flashinfer 0.7.4's sm12x backend carves its
+# split-KV partials out of the workspace and raises during CUDA-graph capture when it is too small.
+WORKSPACE_BYTES = 384 << 20
+# flashinfer 0.7.4's sm12x sparse backend (supported_sparse_mla_sm120_configs()['dsv3_2']):
+# heads 1..128; ordinary prefill needs whole 64-wide index tiles.
+SM12X_MAX_HEADS = 128
+SM12X_PREFILL_TOPK_MULTIPLE = 64
+
+
+def parameters(fn: Any) -> Optional[set]:
+    """Names `fn` accepts, or None when it takes **kwargs (or has no inspectable signature)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return set(sig.parameters)
+
+
+def sm12x_max_heads(decode_module: Any) -> int:
+    """The sm12x sparse backend's head limit from flashinfer's own table when it has one."""
+    try:
+        from flashinfer.mla._sparse_mla_sm120._api import supported_sparse_mla_sm120_configs
+        return int(supported_sparse_mla_sm120_configs()["dsv3_2"].max_num_heads)
+    except Exception:  # older flashinfer, or a stand-in: the 0.7.4 figure
+        return SM12X_MAX_HEADS
+
+
+def multi_cta_counter_bytes(num_tokens: int, num_heads: int, sm_count: int) -> int:
+    """flashinfer 0.7.4's get_trtllm_gen_multi_ctas_kv_counter_bytes: one int32 semaphore per
+    (token, head), at least one per SM, rounded up to 8."""
+    n = max(num_tokens * num_heads, sm_count)
+    return ((n + 7) // 8 * 8) * 4
+
+
 def trtllm_sparse_call(*, query: torch.Tensor, kv_pool: torch.Tensor, workspace: torch.Tensor,
                        block_tables: torch.Tensor, seq_lens: torch.Tensor, top_k: int,
                        page_size: int, bmm1_scale: float, bmm2_scale: float, kernel_backend: str,
+                       max_seq_len: Optional[int] = None, kv_scale_format: Optional[str] = None,
+                       counter_buffer: Optional[torch.Tensor] = None,
                        extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Keyword arguments of `trtllm_batch_decode_with_kv_cache_mla` for sparse MLA, each query
     token its own request (RUNTIME.md §3):
 
     query [T, 1, H, 576]; kv_cache [pages, 1, page_size, D] (D = 576 elements, or 656 bytes for
     the sm12x packed layout); block_tables [T, 1, K] int32 token slots; seq_lens [T] int32 (the
-    clipped causal lengths = valid slots per row); max_seq_len = K; sparse_mla_top_k = K."""
+    clipped causal lengths = valid slots per row, ≥ 1: an empty row points at a dummy token);
+    max_seq_len = the batch's longest KV length (a scheduling hint, as sglang passes it; K when
+    unknown); sparse_mla_top_k = K. `kv_scale_format` only for the sm12x backend ("sparse"),
+    `counter_buffer` (multi_ctas_kv_counter_buffer) only for trtllm-gen."""
     width = kv_pool.shape[-1]
     kwargs = dict(
         query=query,
@@ -94,12 +141,16 @@ def trtllm_sparse_call(*, query: torch.Tensor, kv_pool: torch.Tensor, workspace:
         qk_rope_head_dim=QK_ROPE_HEAD_DIM,
         block_tables=block_tables,
         seq_lens=seq_lens,
-        max_seq_len=top_k,
+        max_seq_len=top_k if max_seq_len is None else max_seq_len,
         sparse_mla_top_k=top_k,
         bmm1_scale=bmm1_scale,
         bmm2_scale=bmm2_scale,
         backend=kernel_backend,
     )
+    if kv_scale_format is not None:
+        kwargs["kv_scale_format"] = kv_scale_format
+    if counter_buffer is not None:
+        kwargs["multi_ctas_kv_counter_buffer"] = counter_buffer
     if extra:
         kwargs.update(extra)
     return kwargs

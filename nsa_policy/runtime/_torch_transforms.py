@@ -38,10 +38,19 @@ def gather_slots(page_table: torch.Tensor, topk_indices: torch.Tensor, req: torc
     rows = req.to(torch.int64)[:, None]
     if page_size == 1:
         slots = page_table[rows, safe].to(torch.int64)
+        valid = valid & (slots >= 0)
     else:
         pages = page_table[rows, torch.div(safe, page_size, rounding_mode="floor")].to(torch.int64)
         slots = pages * page_size + torch.remainder(safe, page_size)
+        valid = valid & (pages >= 0)  # an unmapped page: −1, not slots −P…−1
     return slots, valid
+
+
+def point_empty_rows(out: torch.Tensor, counts: torch.Tensor, slot: int) -> None:
+    """Rows with no valid slot → [slot, −1, …] with count 1 (on the device, no sync)."""
+    empty = counts == 0
+    out[:, 0] = torch.where(empty, torch.full_like(out[:, 0], slot), out[:, 0])
+    counts.clamp_(min=1)
 
 
 def write_rows(slots: torch.Tensor, valid: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

@@ -49,13 +49,16 @@ def _row_request(cu_ptr, t, num_reqs, RAGGED: tl.constexpr, VECTOR_BLOCK: tl.con
 
 @triton.jit
 def _lookup_slots(page_table_ptr, pt_row_ptr_offset, idx, ok, PAGE_SIZE: tl.constexpr):
-    """Slots for indices idx (int64) where ok; garbage elsewhere (never loaded)."""
+    """(slots, ok & mapped) for indices idx (int64) where ok; a negative table entry (an
+    unmapped page) is not a slot: it comes back invalid, so it is written as −1."""
     if PAGE_SIZE == 1:
-        slot = tl.load(page_table_ptr + pt_row_ptr_offset + idx, mask=ok, other=0).to(tl.int64)
+        slot = tl.load(page_table_ptr + pt_row_ptr_offset + idx, mask=ok, other=-1).to(tl.int64)
+        mapped = ok & (slot >= 0)
     else:
-        page = tl.load(page_table_ptr + pt_row_ptr_offset + idx // PAGE_SIZE, mask=ok, other=0)
+        page = tl.load(page_table_ptr + pt_row_ptr_offset + idx // PAGE_SIZE, mask=ok, other=-1)
         slot = page.to(tl.int64) * PAGE_SIZE + idx % PAGE_SIZE
-    return slot
+        mapped = ok & (page >= 0)
+    return slot, mapped
 
 
 @triton.jit
@@ -71,7 +74,7 @@ def _transform_kernel(
     req, row_ok = _row_request(cu_ptr, t, num_reqs, RAGGED, VECTOR_BLOCK, SEARCH_STEPS)
     idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
     ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
-    slot = _lookup_slots(page_table_ptr, req.to(tl.int64) * pt_stride, idx, ok, PAGE_SIZE)
+    slot, ok = _lookup_slots(page_table_ptr, req.to(tl.int64) * pt_stride, idx, ok, PAGE_SIZE)
     slot = tl.where(ok, slot, -1)
     tl.store(out_ptr + t.to(tl.int64) * out_stride + cols, slot.to(tl.int32), mask=in_k)
 
@@ -79,10 +82,10 @@ def _transform_kernel(
 @triton.jit
 def _transform_compact_kernel(
     topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
-    counts_ptr, indptr_ptr, num_reqs, K, row_len, pad_value,
+    counts_ptr, indptr_ptr, num_reqs, K, row_len, pad_value, dummy_slot,
     RAGGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
     VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    CSR: tl.constexpr, HAS_COUNTS: tl.constexpr,
+    CSR: tl.constexpr, HAS_COUNTS: tl.constexpr, HAS_DUMMY: tl.constexpr,
 ):
     """Valid slots packed to the front of the row, in their original order.
 
@@ -108,11 +111,16 @@ def _transform_compact_kernel(
         in_k = cols < K
         idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
         ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
-        slot = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
+        slot, ok = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
         flags = ok.to(tl.int32)
         rank = count + tl.cumsum(flags, axis=0) - 1
         tl.store(base_ptr + rank, slot.to(tl.int32), mask=ok & (rank < capacity))
         count += tl.sum(flags, axis=0)
+    if HAS_DUMMY:
+        # a row with no valid slot attends to one dummy token (kernels that give NaN otherwise)
+        if count == 0:
+            tl.store(base_ptr, (t * 0 + dummy_slot).to(tl.int32), mask=capacity > 0)
+            count = tl.minimum(capacity, 1)
     if HAS_COUNTS:
         tl.store(counts_ptr + t, count)
     for start in range(count, capacity, BLOCK):
@@ -132,30 +140,68 @@ def _search_params(num_reqs: int) -> tuple[int, int]:
     return 0, max(1, num_reqs.bit_length() + 1)
 
 
+# (block, warps) of the plain transform by K; a program covers one row's block.
+BLOCK_FOR_K = {2048: (2048, 8)}
+
+
 def _block_for(k: int) -> tuple[int, int]:
+    if k in BLOCK_FOR_K:
+        return BLOCK_FOR_K[k]
     block = min(2048, max(16, triton.next_power_of_2(max(k, 1))))
     return block, (8 if block >= 2048 else 4)
 
 
+# ---------------------------------------------------------------- launching
+# Triton's JIT entry re-binds and re-specialises every argument on every call (tens of µs of
+# host time, longer than a decode transform runs on the GPU). The first call of a shape class
+# goes through it and compiles; the compiled kernel is kept under a key at least as fine as
+# Triton's own specialisation (dtypes, 16-byte alignment of every pointer, ints equal to 1 or
+# divisible by 16, 64-bit ints), and later calls launch it directly.
+_COMPILED: dict = {}
+_knobs = getattr(triton, "knobs", None)
+
+
+def _arg_key(arg) -> object:
+    if isinstance(arg, torch.Tensor):
+        return (arg.dtype, arg.data_ptr() % 16 == 0)
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return (arg == 1, arg % 16 == 0, -(1 << 31) <= arg < (1 << 31))
+    return arg
+
+
+def _launch(kernel, grid: tuple, args: tuple, num_warps: int) -> None:
+    key = (kernel, grid.__len__(), num_warps, tuple(_arg_key(a) for a in args), args[0].device.index)
+    compiled = _COMPILED.get(key)
+    hooks = _knobs is not None and _knobs.runtime.launch_enter_hook is not None
+    if compiled is None or hooks:
+        compiled = kernel[grid](*args, num_warps=num_warps)
+        if not hooks:
+            _COMPILED[key] = compiled
+        return
+    stream = torch._C._cuda_getCurrentRawStream(args[0].device.index)
+    gx = grid[0]
+    gy = grid[1] if len(grid) > 1 else 1
+    compiled.run(gx, gy, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+
+
 def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
                      cu_extend_lens: Optional[torch.Tensor], page_size: int,
-                     out: torch.Tensor) -> torch.Tensor:
+                     out: torch.Tensor, block: Optional[int] = None, warps: Optional[int] = None) -> torch.Tensor:
     num_rows, k = topk_indices.shape
     if num_rows == 0 or k == 0:
         return out
     ragged = cu_extend_lens is not None
     num_reqs = cu_extend_lens.numel() - 1 if ragged else page_table.shape[0]
     vector_block, steps = _search_params(num_reqs)
-    block, warps = _block_for(k)
+    if block is None:
+        block, warps = _block_for(k)
     grid = (num_rows, triton.cdiv(k, block))
     pt = _nonempty(page_table)
-    _transform_kernel[grid](
+    _launch(_transform_kernel, grid, (
         topk_indices, topk_indices.stride(0), pt, page_table.stride(0),
         cu_extend_lens if ragged else pt, out, out.stride(0),
         num_reqs, k, page_table.shape[1] * page_size,
-        RAGGED=ragged, PAGE_SIZE=page_size, BLOCK=block,
-        VECTOR_BLOCK=vector_block, SEARCH_STEPS=steps, num_warps=warps,
-    )
+        ragged, page_size, block, vector_block, steps), warps)
     return out
 
 
@@ -163,7 +209,7 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
                              cu_extend_lens: Optional[torch.Tensor], page_size: int,
                              out: torch.Tensor, counts: Optional[torch.Tensor],
                              kv_indptr: Optional[torch.Tensor] = None,
-                             pad_slot: int = 0) -> torch.Tensor:
+                             pad_slot: int = 0, empty_row_slot: Optional[int] = None) -> torch.Tensor:
     num_rows, k = topk_indices.shape
     if num_rows == 0:
         return out
@@ -173,13 +219,12 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
     block, warps = _block_for(min(k, 1024) if k else 16)
     csr = kv_indptr is not None
     pt, dst = _nonempty(page_table), _nonempty(out)
-    _transform_compact_kernel[(num_rows,)](
+    _launch(_transform_compact_kernel, (num_rows,), (
         _nonempty(topk_indices), topk_indices.stride(0), pt, page_table.stride(0),
         cu_extend_lens if ragged else pt, dst, out.stride(0) if not csr else 0,
         counts if counts is not None else dst, kv_indptr if csr else dst,
         num_reqs, k, page_table.shape[1] * page_size, pad_slot,
-        RAGGED=ragged, PAGE_SIZE=page_size, BLOCK=block,
-        VECTOR_BLOCK=vector_block, SEARCH_STEPS=steps,
-        CSR=csr, HAS_COUNTS=counts is not None, num_warps=warps,
-    )
+        0 if empty_row_slot is None else empty_row_slot,
+        ragged, page_size, block, vector_block, steps,
+        csr, counts is not None, empty_row_slot is not None), warps)
     return out

@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from nsa_policy.runtime import _flashinfer
+from nsa_policy.catalog.store import load_catalog
+from nsa_policy.runtime import _flashinfer, _flashmla
 from nsa_policy.runtime.device import DeviceLike, as_device, detect_device_class
 from nsa_policy.runtime.errors import AdapterConfigError
 from nsa_policy.runtime.quant import BYTES_656, FP8_MAX, dequantize_fp8_656, dequantize_fp8_per_tensor
@@ -27,31 +28,39 @@ from nsa_policy.runtime.transforms import (
 )
 
 PHASES = ("prefill", "decode")
-IMPLEMENTED = ("trtllm", "flashinfer_sparse_mla", "fa3", "torch")
-RUNS_ON = {
-    "trtllm": ("sm100", "sm103"),
-    "flashinfer_sparse_mla": ("sm120", "sm121"),
-    "fa3": ("sm90",),
-    "torch": None,  # anywhere
-}
+IMPLEMENTED = ("trtllm", "flashinfer_sparse_mla", "fa3", "flashmla_sparse", "flashmla_kv",
+               "flashmla_auto", "torch")
+FLASHMLA = ("flashmla_sparse", "flashmla_kv", "flashmla_auto")
 LAYOUTS = ("bf16-576", "fp8-576-per-tensor", "fp8-656-blockwise")
-BACKEND_LAYOUTS = {
-    "trtllm": ("bf16-576", "fp8-576-per-tensor"),
-    "flashinfer_sparse_mla": ("fp8-656-blockwise",),
-    "fa3": ("bf16-576",),
-    "torch": LAYOUTS,
-}
-# Backends the policy may choose that live in other kernel packages.
-OTHER_PACKAGES = {
-    "flashmla_sparse": "FlashMLA (sgl-kernel)",
-    "flashmla_kv": "FlashMLA (sgl-kernel)",
-    "flashmla_auto": "FlashMLA (sgl-kernel)",
-    "flashmla_sparse_q8": "FlashMLA (sgl-kernel)",
-    "tilelang": "tilelang",
-    "aiter": "aiter (ROCm)",
-}
+# Where this adapter's own code is narrower than the catalog's cells for a backend.
+# sgl-flash-mla's legacy kernels: verified on an H200 only (RUNTIME.md §5); flashmla_sparse here reads
+# bf16 KV only and flashmla_kv fp8 only (the catalog's dequant/requant paths are not implemented).
+ADAPTER_VERIFIED_ON = {"flashmla_sparse": ("sm90",), "flashmla_kv": ("sm90",), "flashmla_auto": ("sm90",)}
+ADAPTER_LAYOUTS = {"flashmla_sparse": ("bf16-576",), "flashmla_kv": ("fp8-656-blockwise",)}
+
+
+def _catalog_tables() -> tuple[dict, dict, dict]:
+    """Where each implemented backend runs, the layouts it reads, and who serves the others: from the
+    catalog's backend entries (rules/catalog/backends.yaml owns these facts), narrowed where the
+    adapter's code does less (ADAPTER_VERIFIED_ON, ADAPTER_LAYOUTS)."""
+    catalog = load_catalog()
+    runs_on: dict[str, Optional[tuple[str, ...]]] = {"torch": None}  # the reference runs anywhere
+    layouts: dict[str, tuple[str, ...]] = {"torch": LAYOUTS}
+    for name in IMPLEMENTED:
+        if name in catalog.backends:
+            runs_on[name] = tuple(c for c in catalog.runs_on(name)
+                                  if c in ADAPTER_VERIFIED_ON.get(name, (c,)))
+            layouts[name] = tuple(x for x in catalog.layouts_read(name)
+                                  if x in ADAPTER_LAYOUTS.get(name, (x,)))
+    # Backends the policy may choose that live in other kernel packages.
+    others = {name: spec.served_by for name, spec in catalog.backends.items() if name not in IMPLEMENTED}
+    return runs_on, layouts, others
+
+
+RUNS_ON, BACKEND_LAYOUTS, OTHER_PACKAGES = _catalog_tables()
 TRTLLM_PAGE_SIZES = (32, 64)  # flashinfer's trtllm-gen MLA accepts these block sizes
-DEFAULT_WORKSPACE_BYTES = 128 << 20
+DEFAULT_WORKSPACE_BYTES = _flashinfer.WORKSPACE_BYTES  # trtllm / sm12x (sglang's 384 MiB)
+FA3_WORKSPACE_BYTES = 128 << 20
 
 
 def backends_for(device_class: str) -> list[str]:
@@ -74,6 +83,12 @@ class ForwardPlan:
     generation: int = 0
     num_heads: Optional[int] = None
     q_dtype: Optional[torch.dtype] = None
+    # the concrete kernel this pass runs (flashmla_auto resolved per batch by the planner)
+    kernel_backend: Optional[str] = None
+    # longest KV length in the batch (trtllm's max_seq_len hint); None = unknown
+    max_kv_len: Optional[int] = None
+    # flashmla_kv: FlashMLA's scheduler metadata, filled by the first layer, reused by the rest
+    flashmla_meta: Any = None
 
 
 def _causal_lengths(extend_lens: Sequence[int], seq_lens: Sequence[int]) -> torch.Tensor:
@@ -92,12 +107,21 @@ def _causal_lengths(extend_lens: Sequence[int], seq_lens: Sequence[int]) -> torc
 
 
 class SparseMLAAdapter:
-    """Runs absorbed sparse MLA for the decision's prefill and decode backends."""
+    """Runs absorbed sparse MLA for the decision's prefill and decode backends.
+
+    RoPE contract: q's last 64 columns and the cache's rope part must already be rotated; the
+    adapter applies no RoPE. On the fp8 paths this matters for the order of operations: sglang
+    rotates inside its fp8 quantise step (`mla_rope_quantize_fp8` for trtllm's per-tensor fp8 q
+    and KV; the 656-byte layout keeps rope in bf16, written after rotation), so the cache handed
+    here holds rotated keys and the adapter's own q quantisation (trtllm fp8) runs on rotated q.
+    """
 
     def __init__(self, *, backends: dict[str, str], device: torch.device, device_class: str,
                  kv_cache_layout: str, page_size: int, index_topk: int,
                  num_heads: Optional[int], softmax_scale: Optional[float], table_page_size: int,
-                 transform_impl: str, workspace_bytes: int, kernels: dict[str, Any]) -> None:
+                 transform_impl: str, workspace_bytes: Optional[int], kernels: dict[str, Any],
+                 kv_scale_format: str = _flashinfer.DEFAULT_KV_SCALE_FORMAT,
+                 planner: Any = None) -> None:
         self.backends = dict(backends)
         self.device = device
         self.device_class = device_class
@@ -108,19 +132,30 @@ class SparseMLAAdapter:
         self.softmax_scale = softmax_scale
         self.table_page_size = table_page_size
         self.transform_impl = transform_impl
+        self.kv_scale_format = kv_scale_format
         self._kernels = kernels
+        self._planner = planner
         self._generation = {phase: 0 for phase in PHASES}
         self._workspace = None
+        self._counter = None          # trtllm-gen's multi-CTA counters, zeroed once, reused
+        self._counter_supported = False
         self._fa3_wrappers: dict[str, Any] = {}
         used = set(self.backends.values())
         if used & {"trtllm", "flashinfer_sparse_mla"}:
             # trtllm-gen keeps semaphores here: zeroed once, before the first use.
-            self._workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=device)
+            self._workspace = torch.zeros(workspace_bytes or DEFAULT_WORKSPACE_BYTES,
+                                          dtype=torch.uint8, device=device)
+        if "trtllm" in used:
+            accepted = _flashinfer.parameters(kernels["trtllm"].trtllm_batch_decode_with_kv_cache_mla)
+            self._counter_supported = accepted is None or "multi_ctas_kv_counter_buffer" in accepted
         for phase, backend in self.backends.items():
             if backend == "fa3":
-                float_ws = torch.empty(workspace_bytes, dtype=torch.int8, device=device)
+                float_ws = torch.empty(workspace_bytes or FA3_WORKSPACE_BYTES, dtype=torch.int8,
+                                       device=device)
                 self._fa3_wrappers[phase] = kernels["fa3"].BatchMLAPagedAttentionWrapper(
                     float_ws, backend="fa3")
+        self._sm_count = (torch.cuda.get_device_properties(device).multi_processor_count
+                          if device.type == "cuda" else 0)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -129,18 +164,22 @@ class SparseMLAAdapter:
         num_heads: Optional[int] = None, softmax_scale: Optional[float] = None,
         phases: Sequence[str] = PHASES, prefill_backend: Optional[str] = None,
         decode_backend: Optional[str] = None, table_page_size: int = 1,
-        transform_impl: str = "auto", workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
-        flashinfer: Any = None,
+        transform_impl: str = "auto", workspace_bytes: Optional[int] = None,
+        kv_scale_format: str = _flashinfer.DEFAULT_KV_SCALE_FORMAT,
+        flashinfer: Any = None, flash_mla: Any = None,
     ) -> "SparseMLAAdapter":
-        """Check the decision against this device and flashinfer, and build the adapter.
+        """Check the decision against this device and the kernel packages, and build the adapter.
 
         `device_class` overrides detection (a device torch cannot query, or tests);
         `prefill_backend` / `decode_backend` override the decision's choice explicitly (e.g. 'fa3'
-        for prefill on sm90, 'torch' for the reference); `phases` limits the adapter to one phase
-        (an sm90 bf16 decision prefills with flashmla_sparse, which lives in another package);
+        for prefill on sm90, 'torch' for the reference); `phases` limits the adapter to one phase;
         `table_page_size` is the page size of the page table the engine passes (1: token slots);
-        `flashinfer` replaces the flashinfer module (tests: a recording stand-in with the same
-        entry points and a `__version__`)."""
+        `kv_scale_format` says how the fp8-656 cache's fp32 scales were written: sglang's writer
+        (and `quantize_fp8_656(pow2_scales=False)`) stores exact amax/448 ("arbitrary_fp32"), the
+        power-of-two writer "pow2_fp32"; the sm12x kernel is told which. `workspace_bytes`:
+        trtllm / sm12x workspace (default sglang's 384 MiB; the sm12x backend refuses less) and
+        the fa3 float workspace (default 128 MiB). `flashinfer` / `flash_mla` replace those modules
+        (tests: recording stand-ins with the same entry points and a `__version__`)."""
         errors = list(getattr(decision, "errors", None) or ())
         if errors:
             listed = "; ".join(getattr(e, "code", None) or str(e) for e in errors)
@@ -153,6 +192,9 @@ class SparseMLAAdapter:
         bad_phases = [p for p in phases if p not in PHASES] or ([] if phases else ["(none)"])
         if bad_phases:
             raise ValueError(f"phases must be a non-empty subset of {PHASES}, got {phases!r}")
+        if kv_scale_format not in _flashinfer.KV_SCALE_FORMATS:
+            raise ValueError(f"kv_scale_format must be one of {_flashinfer.KV_SCALE_FORMATS}, got "
+                             f"{kv_scale_format!r}")
         dev = as_device(device)
         dev_class = device_class or detect_device_class(dev)
         layout = getattr(decision, "kv_cache_layout", None)
@@ -164,6 +206,9 @@ class SparseMLAAdapter:
                             ("table_page_size", table_page_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise AdapterConfigError(f"{name} must be an int >= 1, got {value!r}")
+        if workspace_bytes is not None and (isinstance(workspace_bytes, bool)
+                                            or not isinstance(workspace_bytes, int) or workspace_bytes < 1):
+            raise ValueError(f"workspace_bytes must be an int >= 1, got {workspace_bytes!r}")
         if num_heads is None:
             num_heads = getattr(decision, "heads_per_rank", None)
         if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and softmax_scale > 0):
@@ -175,23 +220,74 @@ class SparseMLAAdapter:
         problems: list[str] = []
         for phase, backend in backends.items():
             problems += cls._backend_problems(phase, backend, dev, dev_class, layout, page_size, top_k,
-                                              real_kernels=flashinfer is None)
+                                              num_heads, real_kernels=(flash_mla if backend in FLASHMLA
+                                                                       else flashinfer) is None)
+        if (not problems and "flashinfer_sparse_mla" in backends.values() and flashinfer is None
+                and (workspace_bytes or DEFAULT_WORKSPACE_BYTES) < _flashinfer.WORKSPACE_BYTES):
+            problems.append(f"backend 'flashinfer_sparse_mla' needs a workspace of at least "
+                            f"{_flashinfer.WORKSPACE_BYTES >> 20} MiB (sglang's size; flashinfer 0.7.4 "
+                            f"raises during CUDA-graph capture when it is short), got {workspace_bytes} bytes")
         if problems:
             raise AdapterConfigError("; ".join(problems))
 
         kernels: dict[str, Any] = {}
-        version = getattr(flashinfer, "__version__", None) if flashinfer is not None \
-            else _flashinfer.installed_version()
         for backend in sorted(set(backends.values()) - {"torch"}):
+            if backend in FLASHMLA:
+                if "flashmla" not in kernels:
+                    kernels["flashmla"] = cls._flashmla_module(flash_mla)
+                continue
+            version = getattr(flashinfer, "__version__", None) if flashinfer is not None \
+                else _flashinfer.installed_version()
             _flashinfer.check_version(backend, version, dev_class)
             kernels[backend] = cls._entry_points(backend, flashinfer)
+        cls._check_call_contracts(backends, kernels, dev_class, num_heads, flashinfer)
+        planner = None
+        if "flashmla_auto" in backends.values():
+            from nsa_policy.runtime.planner import BatchPlanner
+            # dense MHA one-shot is the engine's business: the adapter only runs sparse batches
+            planner = BatchPlanner(prefill_backend="flashmla_auto", decode_backend="flashmla_kv",
+                                   device_class=dev_class,
+                                   kv_cache_dtype="fp8_e4m3" if layout != "bf16-576" else "bfloat16",
+                                   dense_attn_kv_len_threshold=0, mha_one_shot=False,
+                                   flashmla_auto_ratio=getattr(getattr(decision, "runtime", None),
+                                                               "flashmla_auto_ratio", 512))
         return cls(backends=backends, device=dev, device_class=dev_class, kv_cache_layout=layout,
                    page_size=page_size, index_topk=top_k, num_heads=num_heads,
                    softmax_scale=softmax_scale, table_page_size=table_page_size,
-                   transform_impl=transform_impl, workspace_bytes=workspace_bytes, kernels=kernels)
+                   transform_impl=transform_impl, workspace_bytes=workspace_bytes, kernels=kernels,
+                   kv_scale_format=kv_scale_format, planner=planner)
 
     @staticmethod
-    def _backend_problems(phase, backend, dev, dev_class, layout, page_size, top_k,
+    def _flashmla_module(flash_mla: Any) -> Any:
+        version = getattr(flash_mla, "__version__", None) if flash_mla is not None \
+            else _flashmla.installed_version()
+        if version is None:
+            raise AdapterConfigError(f"the FlashMLA backends need {_flashmla.DIST} >= "
+                                     f"{_flashmla.MIN_VERSION}, which is not installed; install the "
+                                     f"'flashmla' extra (with --no-deps on torch < 2.14.1)")
+        if _flashinfer.parse_version(version) < _flashinfer.parse_version(_flashmla.MIN_VERSION):
+            raise AdapterConfigError(f"the FlashMLA backends need {_flashmla.DIST} >= "
+                                     f"{_flashmla.MIN_VERSION}, found {version}")
+        return flash_mla if flash_mla is not None else _flashmla.load()
+
+    @staticmethod
+    def _check_call_contracts(backends, kernels, dev_class, num_heads, flashinfer) -> None:
+        """The installed kernels must accept the keywords the adapter will pass."""
+        if "flashinfer_sparse_mla" in backends.values():
+            accepted = _flashinfer.parameters(
+                kernels["flashinfer_sparse_mla"].trtllm_batch_decode_with_kv_cache_mla)
+            if accepted is not None and "kv_scale_format" not in accepted:
+                raise AdapterConfigError(
+                    "backend 'flashinfer_sparse_mla': the installed flashinfer's "
+                    "trtllm_batch_decode_with_kv_cache_mla takes no kv_scale_format, so it would read "
+                    "the cache's fp32 scales as powers of two; upgrade flashinfer-python (0.7.x)")
+            limit = _flashinfer.sm12x_max_heads(None) if flashinfer is None else _flashinfer.SM12X_MAX_HEADS
+            if num_heads is not None and not 1 <= num_heads <= limit:
+                raise AdapterConfigError(f"backend 'flashinfer_sparse_mla' on {dev_class} serves 1 to "
+                                         f"{limit} query heads per rank, got {num_heads}")
+
+    @staticmethod
+    def _backend_problems(phase, backend, dev, dev_class, layout, page_size, top_k, num_heads,
                           real_kernels: bool) -> list[str]:
         valid_here = backends_for(dev_class)
         if backend not in IMPLEMENTED:
@@ -204,7 +300,7 @@ class SparseMLAAdapter:
         if runs_on is not None and dev_class not in runs_on:
             problems.append(f"{phase} backend {backend!r} runs on {', '.join(runs_on)}, not on "
                             f"{dev_class}; on {dev_class} the adapter can run {valid_here}")
-        # (a stand-in flashinfer runs wherever its caller says)
+        # (a stand-in kernel module runs wherever its caller says)
         if runs_on is not None and real_kernels and dev.type != "cuda":
             problems.append(f"{phase} backend {backend!r} needs a CUDA device, got {dev}")
         if layout not in BACKEND_LAYOUTS[backend]:
@@ -216,6 +312,19 @@ class SparseMLAAdapter:
                                 f"got {page_size}")
             if top_k % 4:
                 problems.append(f"{phase} backend 'trtllm' needs index_topk a multiple of 4, got {top_k}")
+        if backend == "flashinfer_sparse_mla" and phase == "prefill" \
+                and top_k % _flashinfer.SM12X_PREFILL_TOPK_MULTIPLE:
+            problems.append(f"prefill backend 'flashinfer_sparse_mla' needs index_topk a multiple of "
+                            f"{_flashinfer.SM12X_PREFILL_TOPK_MULTIPLE} (whole 64-wide index tiles), "
+                            f"got {top_k}")
+        if backend in FLASHMLA:
+            if num_heads is not None and num_heads > _flashmla.HEAD_VARIANTS[-1]:
+                problems.append(f"{phase} backend {backend!r} serves at most "
+                                f"{_flashmla.HEAD_VARIANTS[-1]} query heads per rank, got {num_heads}")
+            if backend != "flashmla_sparse" and layout == "fp8-656-blockwise" \
+                    and page_size != _flashmla.KV_PAGE_SIZE:
+                problems.append(f"{phase} backend {backend!r} reads the fp8-656 cache in pages of "
+                                f"{_flashmla.KV_PAGE_SIZE} tokens, got page_size {page_size}")
         return problems
 
     @staticmethod
@@ -249,12 +358,21 @@ class SparseMLAAdapter:
         seq_lens: prefix + new tokens per request (default: no prefix)."""
         backend = self._backend("prefill")
         extend_lens = list(extend_lens)
+        kv_lens = extend_lens if seq_lens is None else list(seq_lens)
         num_tokens = sum(extend_lens)
         cu = cumulative_extend_lens(extend_lens, len(extend_lens), num_tokens, self.device)
-        plan = ForwardPlan("prefill", num_tokens, self._scale(softmax_scale), cu_extend_lens=cu)
+        plan = ForwardPlan("prefill", num_tokens, self._scale(softmax_scale), cu_extend_lens=cu,
+                           kernel_backend=backend, max_kv_len=max(kv_lens, default=0))
+        if backend == "flashmla_auto":
+            route = self._planner.plan(plan.max_kv_len, sum(kv_lens), num_tokens, "extend")
+            plan.kernel_backend = route.backend
+            if route.backend == "flashmla_sparse" and self.kv_cache_layout != "bf16-576":
+                # (Blackwell's small-batch rule; flashmla_* run on sm90 only here, so unreachable)
+                raise AdapterConfigError("flashmla_auto chose flashmla_sparse over an fp8 cache, which "
+                                         "needs a dequantised bf16 copy the adapter does not make")
         if backend == "fa3":
-            lengths = _causal_lengths(extend_lens, extend_lens if seq_lens is None else seq_lens)
-            self._plan_fa3(plan, lengths, num_heads, q_dtype)
+            self._plan_fa3(plan, _causal_lengths(extend_lens, kv_lens), num_heads, q_dtype)
+        self._plan_kernel(plan, num_heads)
         return plan
 
     def plan_decode(self, seq_lens: Sequence[int], *, softmax_scale: Optional[float] = None,
@@ -262,13 +380,31 @@ class SparseMLAAdapter:
         """Once per decode forward pass. seq_lens: KV length of each row, current token included."""
         backend = self._backend("decode")
         seq_lens = list(seq_lens)
-        plan = ForwardPlan("decode", len(seq_lens), self._scale(softmax_scale))
+        plan = ForwardPlan("decode", len(seq_lens), self._scale(softmax_scale),
+                           kernel_backend=backend, max_kv_len=max(seq_lens, default=0))
+        if backend == "flashmla_auto":
+            plan.kernel_backend = "flashmla_kv" if self.kv_cache_layout != "bf16-576" else "flashmla_sparse"
         if backend == "fa3":
             lengths = torch.as_tensor(seq_lens, dtype=torch.int64)
             if bool((lengths < 1).any()):
                 raise ValueError("seq_lens must be >= 1 (the decoded token is in the cache)")
             self._plan_fa3(plan, lengths, num_heads, q_dtype)
+        self._plan_kernel(plan, num_heads)
         return plan
+
+    def _plan_kernel(self, plan: ForwardPlan, num_heads: Optional[int]) -> None:
+        heads = num_heads or self.num_heads
+        if plan.kernel_backend == "flashinfer_sparse_mla" and heads is not None:
+            limit = _flashinfer.SM12X_MAX_HEADS
+            if not 1 <= heads <= limit:
+                raise ValueError(f"flashinfer_sparse_mla serves 1 to {limit} query heads, got {heads}")
+        if plan.kernel_backend == "trtllm" and self._counter_supported:
+            # sized for the largest head count when it is not known yet; grown, never shrunk
+            need = _flashinfer.multi_cta_counter_bytes(plan.num_tokens, heads or 128, self._sm_count)
+            if self._counter is None or self._counter.numel() < need:
+                self._counter = torch.zeros(need, dtype=torch.uint8, device=self.device)
+        if plan.kernel_backend == "flashmla_kv":
+            plan.flashmla_meta = self._kernels["flashmla"].get_mla_metadata()[0]
 
     def _plan_fa3(self, plan: ForwardPlan, causal_lengths: torch.Tensor, num_heads: Optional[int],
                   q_dtype: torch.dtype) -> None:
@@ -321,6 +457,8 @@ class SparseMLAAdapter:
                 raise ValueError("fa3 decode needs a plan (plan_decode) or seq_lens")
             plan = self.plan_decode(seq_lens if seq_lens is not None else [1] * topk_indices.shape[0],
                                     softmax_scale=softmax_scale)
+            if seq_lens is None:
+                plan.max_kv_len = None  # unknown: the kernels get the page-table width instead
         return self._run("decode", q, q_rope, kv_cache, topk_indices, page_table, plan,
                          softmax_scale, q_scale, k_scale)
 
@@ -337,6 +475,11 @@ class SparseMLAAdapter:
             return self._run_torch(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan, k_scale)
         if backend == "fa3":
             return self._run_fa3(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan)
+        kernel = plan.kernel_backend or backend
+        if kernel == "flashmla_sparse":
+            return self._run_flashmla_sparse(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan)
+        if kernel == "flashmla_kv":
+            return self._run_flashmla_kv(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan)
         return self._run_trtllm_entry(phase, backend, q_nope, q_pe, kv_cache, topk_indices,
                                       page_table, plan, q_scale, k_scale)
 
@@ -372,18 +515,21 @@ class SparseMLAAdapter:
             raise ValueError(f"{self.kv_cache_layout} kv_cache must be {want}, got {kv_cache.dtype}")
         return kv_cache.reshape(-1, HEAD_DIM_QK)
 
-    def _slots(self, phase, topk_indices, page_table, plan, compact: bool):
+    def _slots(self, phase, topk_indices, page_table, plan, compact: bool,
+               empty_row_slot: Optional[int] = None):
         if phase == "prefill":
             if compact:
                 return transform_index_page_table_prefill_compact(
                     page_table, topk_indices, page_size=self.table_page_size,
-                    cu_extend_lens=plan.cu_extend_lens, impl=self.transform_impl)
+                    cu_extend_lens=plan.cu_extend_lens, impl=self.transform_impl,
+                    empty_row_slot=empty_row_slot)
             return transform_index_page_table_prefill(
                 page_table, topk_indices, page_size=self.table_page_size,
                 cu_extend_lens=plan.cu_extend_lens, impl=self.transform_impl)
         if compact:
             return transform_index_page_table_decode_compact(
-                page_table, topk_indices, self.table_page_size, impl=self.transform_impl)
+                page_table, topk_indices, self.table_page_size, impl=self.transform_impl,
+                empty_row_slot=empty_row_slot)
         return transform_index_page_table_decode(page_table, topk_indices, self.table_page_size,
                                                  impl=self.transform_impl)
 
@@ -416,6 +562,46 @@ class SparseMLAAdapter:
         return plan.wrapper.run(q_nope=q_nope, q_pe=q_pe, ckv_cache=rows[..., :KV_LORA_RANK],
                                 kpe_cache=rows[..., KV_LORA_RANK:])
 
+    def _run_flashmla_sparse(self, phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan):
+        """FlashMLA sparse prefill (bf16 pool). Valid slots are packed first and their count goes
+        in as topk_length, so the kernel skips the −1 tail of a short row."""
+        num_tokens, heads = q_nope.shape[:2]
+        slots, counts = self._slots(phase, topk_indices, page_table, plan, compact=True)
+        q = _flashmla.pad_heads(torch.cat([q_nope, q_pe], dim=-1).to(torch.bfloat16), HEAD_DIM_QK)
+        kwargs = _flashmla.sparse_prefill_call(
+            q=q, kv=self._kv_rows(kv_cache).view(-1, 1, HEAD_DIM_QK), indices=slots.unsqueeze(1),
+            sm_scale=plan.softmax_scale, topk_length=counts)
+        out = self._kernels["flashmla"].flash_mla_sparse_fwd(**kwargs)[0]
+        return out[:, :heads] if out.shape[1] != heads else out
+
+    def _run_flashmla_kv(self, phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan):
+        """FlashMLA sparse decode over the fp8-656 cache, each query token its own sequence.
+        Rows keep their −1s (the kernel skips exactly −1); the scheduler metadata made by the
+        plan is filled by the first layer and reused by the others."""
+        num_tokens, heads = q_nope.shape[:2]
+        top_k = topk_indices.shape[1]
+        if top_k != self.index_topk:
+            raise ValueError(f"topk_indices has {top_k} columns, the decision's index_topk is "
+                             f"{self.index_topk}")
+        if plan.flashmla_meta is None:
+            raise ValueError("flashmla_kv needs the plan made by plan_prefill / plan_decode")
+        slots = self._slots(phase, topk_indices, page_table, plan, compact=False)
+        q = _flashmla.pad_heads(torch.cat([q_nope, q_pe], dim=-1).to(torch.bfloat16), HEAD_DIM_QK)
+        rows = self._kv_rows(kv_cache)
+        if rows.shape[0] % _flashmla.KV_PAGE_SIZE:
+            raise ValueError(f"the fp8-656 pool must hold whole pages of {_flashmla.KV_PAGE_SIZE} "
+                             f"tokens, got {rows.shape[0]} rows")
+        kwargs = _flashmla.kv_decode_call(
+            q=q.unsqueeze(1), k_cache=rows.view(-1, _flashmla.KV_PAGE_SIZE, 1, BYTES_656),
+            indices=slots.unsqueeze(1), sched_meta=plan.flashmla_meta,
+            softmax_scale=plan.softmax_scale, block_table=self._empty_block_table(num_tokens))
+        out = self._kernels["flashmla"].flash_mla_with_kvcache(**kwargs)[0][:, 0]
+        return out[:, :heads] if out.shape[1] != heads else out
+
+    def _empty_block_table(self, rows: int) -> torch.Tensor:
+        # FlashMLA ignores block_table on the sparse path but its legacy op wants a tensor
+        return torch.empty((rows, 0), dtype=torch.int32, device=self.device)
+
     def _run_trtllm_entry(self, phase, backend, q_nope, q_pe, kv_cache, topk_indices, page_table,
                           plan, q_scale, k_scale):
         num_tokens, heads = q_nope.shape[:2]
@@ -424,7 +610,11 @@ class SparseMLAAdapter:
             raise ValueError(f"topk_indices has {top_k} columns, the decision's index_topk is "
                              f"{self.index_topk}")
         # Valid slots first, per-row counts = the clipped causal lengths for a well-formed top-k.
-        slots, counts = self._slots(phase, topk_indices, page_table, plan, compact=True)
+        # trtllm-gen's native sparse kernel gives NaN for a row with no valid slot (CUDA-graph
+        # padding rows): such a row attends to slot 0 with length 1, as sglang 0.5.23 does.
+        trtllm_gen = backend == "trtllm"
+        slots, counts = self._slots(phase, topk_indices, page_table, plan, compact=True,
+                                    empty_row_slot=0 if trtllm_gen else None)
         q = torch.cat([q_nope, q_pe], dim=-1)
         if self.kv_cache_layout == "fp8-576-per-tensor":
             # trtllm-gen wants q and KV in one dtype; the scales are folded into bmm1/bmm2.
@@ -434,10 +624,18 @@ class SparseMLAAdapter:
         else:
             query = q.to(torch.bfloat16)
             bmm1, bmm2 = plan.softmax_scale, 1.0
+        max_kv_len = plan.max_kv_len or page_table.shape[1] * self.table_page_size
+        counter = None
+        if trtllm_gen and self._counter_supported:
+            need = _flashinfer.multi_cta_counter_bytes(num_tokens, heads, self._sm_count)
+            if self._counter is None or self._counter.numel() < need:
+                self._counter = torch.zeros(need, dtype=torch.uint8, device=self.device)
+            counter = self._counter
         kwargs = _flashinfer.trtllm_sparse_call(
             query=query.view(num_tokens, 1, heads, HEAD_DIM_QK), kv_pool=self._kv_rows(kv_cache),
             workspace=self._workspace, block_tables=slots.unsqueeze(1), seq_lens=counts,
             top_k=top_k, page_size=self.page_size, bmm1_scale=bmm1, bmm2_scale=bmm2,
-            kernel_backend="trtllm-gen" if backend == "trtllm" else "sparse")
+            kernel_backend="trtllm-gen" if trtllm_gen else "sparse", max_seq_len=max_kv_len,
+            kv_scale_format=None if trtllm_gen else self.kv_scale_format, counter_buffer=counter)
         out = self._kernels[backend].trtllm_batch_decode_with_kv_cache_mla(**kwargs)
         return out.view(num_tokens, heads, KV_LORA_RANK)

@@ -55,9 +55,16 @@ def _sm_number(device_class: str) -> int | None:
 
 
 def mha_one_shot_supported(device_class: str) -> bool:
-    """sglang's device gate for MHA one-shot: sm90, or sm100 up to sm109."""
+    """sglang's device gate for MHA one-shot, as the catalog states it (devices.yaml `mha_one_shot`:
+    sm90, or sm100 up to sm109). A class outside the catalog is read as its capability ('sm107' → 10.7)."""
+    from nsa_policy.catalog.store import load_catalog  # lazy: only BatchPlanner construction asks
+
+    catalog = load_catalog()
+    spec = catalog.device_doc.classes.get(device_class)
+    if spec is not None:
+        return catalog.mha_one_shot(spec.vendor, spec.compute_capability)
     sm = _sm_number(device_class)
-    return sm is not None and (sm == 90 or 100 <= sm < 110)
+    return sm is not None and catalog.mha_one_shot("nvidia", (sm // 10, sm % 10))
 
 
 def _is_blackwell(device_class: str) -> bool:

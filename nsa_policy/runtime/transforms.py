@@ -3,7 +3,8 @@
 `topk_indices` [T, K] holds request-relative token positions (−1 = unused); the result [T, K]
 int32 holds KV-pool slots, `page_table[req(t), topk[t, j]]` for 0 ≤ topk[t, j] < row length,
 else −1. With page_size P > 1 the table is a block table and
-`slot = block_table[req, i // P] * P + i % P` (vLLM's convention).
+`slot = block_table[req, i // P] * P + i % P` (vLLM's convention). A negative page-table entry
+(an unmapped page) gives −1 and counts as unused, never slots −P…−1.
 
 `impl` picks the implementation: "triton" (one fused launch; CUDA tensors only), "torch"
 (anywhere), or "auto" (triton where it can run, else torch). An explicit "triton" that cannot run
@@ -154,17 +155,26 @@ def _transform(page_table, topk_indices, cu, page_size, out, impl):
     return _ref.write_rows(slots, valid, out)
 
 
-def _transform_compact(page_table, topk_indices, cu, page_size, out, counts, impl):
+def _check_empty_row_slot(value: Optional[int]) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"empty_row_slot must be None or a KV slot >= 0, got {value!r}")
+
+
+def _transform_compact(page_table, topk_indices, cu, page_size, out, counts, impl, empty_row_slot=None):
     t = topk_indices.shape[0]
+    _check_empty_row_slot(empty_row_slot)
     out = _check_out("out", out, tuple(topk_indices.shape), topk_indices.device)
     counts = _check_out("counts", counts, (t,), topk_indices.device)
     if _resolve_impl(impl, topk_indices.device) == "triton":
         from nsa_policy.runtime import _triton_transforms
-        _triton_transforms.launch_transform_compact(page_table, topk_indices, cu, page_size, out, counts)
+        _triton_transforms.launch_transform_compact(page_table, topk_indices, cu, page_size, out, counts,
+                                                    empty_row_slot=empty_row_slot)
         return out, counts
     req, row_valid = _rows_of(page_table, topk_indices, cu)
     slots, valid = _ref.gather_slots(page_table, topk_indices, req, row_valid, page_size)
     _ref.write_packed_rows(slots, valid, out, counts)
+    if empty_row_slot is not None and t and out.shape[1]:
+        _ref.point_empty_rows(out, counts, empty_row_slot)
     return out, counts
 
 
@@ -198,24 +208,28 @@ def transform_index_page_table_prefill_compact(
     page_table: torch.Tensor, topk_indices: torch.Tensor, extend_lens: Optional[ExtendLens] = None,
     page_size: int = 1, out: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None, *,
     cu_extend_lens: Optional[torch.Tensor] = None, impl: str = "auto",
+    empty_row_slot: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """As the prefill transform, but each row's valid slots are packed first (original order),
-    −1 after; returns (packed [T, K] int32, counts [T] int32)."""
+    −1 after; returns (packed [T, K] int32, counts [T] int32). With `empty_row_slot`, a row with
+    no valid slot becomes [empty_row_slot, −1, …] with count 1 (a dummy token, for kernels that
+    cannot take an empty row; sglang 0.5.23's prepare_trtllm_nope_sparse_metadata)."""
     _check_inputs(page_table, topk_indices, page_size)
     cu = _cu_for_prefill(page_table, topk_indices, extend_lens, cu_extend_lens)
-    return _transform_compact(page_table, topk_indices, cu, page_size, out, counts, impl)
+    return _transform_compact(page_table, topk_indices, cu, page_size, out, counts, impl, empty_row_slot)
 
 
 def transform_index_page_table_decode_compact(
     page_table: torch.Tensor, topk_indices: torch.Tensor, page_size: int = 1,
     out: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None, *, impl: str = "auto",
+    empty_row_slot: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode form of the compacting transform."""
     _check_inputs(page_table, topk_indices, page_size)
     if page_table.shape[0] != topk_indices.shape[0]:
         raise ValueError(f"decode needs one page_table row per topk_indices row, got "
                          f"{page_table.shape[0]} and {topk_indices.shape[0]}")
-    return _transform_compact(page_table, topk_indices, None, page_size, out, counts, impl)
+    return _transform_compact(page_table, topk_indices, None, page_size, out, counts, impl, empty_row_slot)
 
 
 def transform_into_csr(

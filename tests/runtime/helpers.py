@@ -15,7 +15,7 @@ def naive_transform(page_table, topk, row_request, page_size):
         width = len(pt[b]) * page_size if b is not None else 0
         res = []
         for i in row:
-            if b is not None and 0 <= i < width:
+            if b is not None and 0 <= i < width and pt[b][i // page_size] >= 0:
                 res.append(pt[b][i // page_size] * page_size + i % page_size)
             else:
                 res.append(-1)

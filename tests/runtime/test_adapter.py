@@ -42,11 +42,16 @@ def real_signatures():
     }
 
 
+# keywords the adapter passes only when the installed entry point declares them (0.7.x)
+NEWER_KEYWORDS = {"multi_ctas_kv_counter_buffer", "kv_scale_format"}
+
+
 def check_against_067(name, args, kwargs):
     """The call must also fit flashinfer 0.6.7.post2 (sglang 0.5.10's pin, the H200's)."""
     params = SIG_067[name]
     names = [p["name"] for p in params]
-    assert set(kwargs) <= set(names), f"{name}: {set(kwargs) - set(names)} not in 0.6.7.post2"
+    extra = set(kwargs) - set(names) - NEWER_KEYWORDS
+    assert not extra, f"{name}: {extra} not in 0.6.7.post2"
     supplied = set(names[:len(args)]) | set(kwargs)
     missing = [p["name"] for p in params if not p["has_default"] and p["name"] not in supplied]
     assert not missing, f"{name}: 0.6.7.post2 requires {missing}"
@@ -60,11 +65,24 @@ def attention_from_rows(q, kv, rows, lens, bmm1, bmm2):
     return sparse_mla_reference(q.float(), kv.float(), idx, bmm1, out_dtype=torch.float32) * bmm2
 
 
+def dequantize_as_kernel(packed, kv_scale_format):
+    """How flashinfer's sm12x kernel reads the 656-byte rows: with "arbitrary_fp32" the stored
+    fp32 scales as they are; with "auto" / "pow2_fp32" only each scale's exponent (2^floor(log2 s))."""
+    raw = packed.contiguous().view(torch.uint8)
+    if kv_scale_format not in ("arbitrary_fp32",):
+        scales = raw[..., 512:528].contiguous().view(torch.float32)
+        exponent_only = torch.exp2(torch.floor(torch.log2(scales)))
+        raw = raw.clone()
+        raw[..., 512:528] = exponent_only.contiguous().view(torch.uint8)
+    return dequantize_fp8_656(raw, torch.float32)
+
+
 class RecordingTrtllm:
     """Stands in for flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla."""
 
     def __init__(self, signature):
         self.signature, self.calls = signature, []
+        self.__signature__ = signature  # what the adapter inspects to pick optional keywords
 
     def __call__(self, *args, **kwargs):
         self.signature.bind(*args, **kwargs)       # a wrong keyword fails here
@@ -76,8 +94,11 @@ class RecordingTrtllm:
         pool = kv.reshape(-1, kv.shape[-1])
         if kwargs["backend"] == "sparse":
             assert kv.dtype == torch.uint8 and kv.shape[-1] == 656 and kwargs["bmm2_scale"] == 1.0
-            pool = dequantize_fp8_656(pool, torch.float32)
+            pool = dequantize_as_kernel(pool, kwargs.get("kv_scale_format", "auto"))
         rows = kwargs["block_tables"][:, 0, :]
+        # trtllm-gen: every row has at least one slot (an empty one gives NaN on the real kernel)
+        if kwargs["backend"] == "trtllm-gen":
+            assert bool((kwargs["seq_lens"] >= 1).all())
         out = attention_from_rows(q.reshape(t, h, d), pool, rows, kwargs["seq_lens"],
                                   kwargs["bmm1_scale"], kwargs["bmm2_scale"])
         return out.to(torch.bfloat16).reshape(t, 1, h, 512)
@@ -187,8 +208,15 @@ def test_trtllm_bf16_prefill_call_contract(fake_flashinfer):
     assert call["kv_cache"].shape == (5, 1, 64, 576)
     assert call["block_tables"].shape == (t, 1, k) and call["block_tables"].dtype == torch.int32
     assert call["seq_lens"].dtype == torch.int32 and call["seq_lens"].tolist() == prob["lengths"]
-    assert (call["max_seq_len"], call["sparse_mla_top_k"]) == (k, k)
+    # max_seq_len: the batch's longest KV length (sglang's hint), not K
+    assert (call["max_seq_len"], call["sparse_mla_top_k"]) == (max(prob["seq"]), k)
     assert call["backend"] == "trtllm-gen" and call["kv_lora_rank"] == 512 and call["qk_rope_head_dim"] == 64
+    assert "kv_scale_format" not in call  # trtllm-gen ignores it; only the sm12x call says it
+    # flashinfer 0.7.x: one zeroed counter buffer, reused by every call
+    counter = call["multi_ctas_kv_counter_buffer"]
+    assert counter.dtype == torch.uint8 and not bool(counter.any())
+    a.prefill(prob["q"], kv, prob["topk"], prob["page_table"], plan)
+    assert fake_flashinfer.trtllm.calls[-1]["multi_ctas_kv_counter_buffer"].data_ptr() == counter.data_ptr()
     assert call["bmm1_scale"] == pytest.approx(SCALE) and call["bmm2_scale"] == 1.0
     assert out.shape == (t, h, 512)
     close(out, expected(prob))
@@ -233,24 +261,113 @@ def test_trtllm_decode_rows_are_their_own_requests(fake_flashinfer):
     close(out, sparse_mla_reference(q.float(), kv.float(), slots, SCALE))
 
 
-def test_sm12x_sparse_call_uses_656_cache_bf16_q_and_unit_bmm2(fake_flashinfer):
-    prob = ragged_problem(3)
+def sm12x_adapter(fake_flashinfer, k, **kw):
     d = decision(device_class="sm120", kv_cache_dtype="fp8_e4m3", kv_cache_layout="fp8-656-blockwise",
                  prefill_backend="flashinfer_sparse_mla", decode_backend="flashinfer_sparse_mla",
-                 index_topk=prob["k"], page_size=64)
+                 index_topk=k, page_size=64)
     # the sm12x backend needs flashinfer >= 0.6.14: the stand-in plays that release (the call is
-    # still bound against the installed signature, e.g. 0.6.7.post2's on the H200)
-    fi = types.SimpleNamespace(**{**vars(fake_flashinfer), "__version__": "0.6.14"})
-    a = SparseMLAAdapter.from_decision(d, device="cpu", device_class="sm120", softmax_scale=SCALE,
-                                       flashinfer=fi, workspace_bytes=1024)
-    packed = quantize_fp8_656(torch.cat([prob["kv"], prob["kv"][:20]]))
+    # still bound against the installed signature)
+    fi = types.SimpleNamespace(**{**vars(fake_flashinfer), "__version__": "0.7.4"})
+    return SparseMLAAdapter.from_decision(d, device="cpu", device_class="sm120", softmax_scale=SCALE,
+                                          flashinfer=fi, workspace_bytes=1024, **kw)
+
+
+def test_sm12x_sparse_call_passes_the_caches_exact_fp32_scale_format(fake_flashinfer):
+    # sglang's cache writer: exact amax/448 fp32 scales (not powers of two)
+    prob = ragged_problem(3, extend=(40, 3, 30), prefix=(0, 50, 20), k=64)
+    packed = quantize_fp8_656(torch.cat([prob["kv"], prob["kv"][:20]]), pow2_scales=False)
+    scales = packed[:, 512:528].contiguous().view(torch.float32)
+    assert not bool((torch.log2(scales) == torch.floor(torch.log2(scales))).all())  # really not pow2
+    a = sm12x_adapter(fake_flashinfer, prob["k"])
     out = a.prefill(prob["q"], packed, prob["topk"], prob["page_table"], extend_lens=prob["extend"],
                     seq_lens=prob["seq"])
     call = fake_flashinfer.trtllm.calls[-1]
     assert call["backend"] == "sparse" and call["query"].dtype == torch.bfloat16
+    assert call["kv_scale_format"] == "arbitrary_fp32"
+    assert "multi_ctas_kv_counter_buffer" not in call   # trtllm-gen only (0.7.4 raises otherwise)
     assert call["kv_cache"].shape == (5, 1, 64, 656) and call["kv_cache"].dtype == torch.uint8
     assert call["block_tables"].dtype == torch.int32 and call["bmm2_scale"] == 1.0
-    close(out, expected(prob, kv=dequantize_fp8_656(packed, torch.float32)[:300]))
+    ref = expected(prob, kv=dequantize_fp8_656(packed, torch.float32)[:300])
+    close(out, ref, tol=1e-2)
+    # the old call (no kv_scale_format: flashinfer reads powers of two) is visibly wrong
+    wrong = sm12x_adapter(fake_flashinfer, prob["k"], kv_scale_format="pow2_fp32")
+    out_wrong = wrong.prefill(prob["q"], packed, prob["topk"], prob["page_table"],
+                              extend_lens=prob["extend"], seq_lens=prob["seq"])
+    assert float((out_wrong.float() - ref).norm() / ref.norm()) > 5e-2
+
+
+def test_sm12x_limits_are_checked_at_construction(fake_flashinfer):
+    with pytest.raises(AdapterConfigError, match="multiple of 64"):
+        sm12x_adapter(fake_flashinfer, 96)
+    with pytest.raises(AdapterConfigError, match="1 to 128 query heads"):
+        sm12x_adapter(fake_flashinfer, 128, num_heads=256)
+    with pytest.raises(ValueError, match="kv_scale_format must be one of"):
+        sm12x_adapter(fake_flashinfer, 128, kv_scale_format="auto")
+    # decode alone may use any top-k
+    assert sm12x_adapter(fake_flashinfer, 96, phases=("decode",)).backends == {"decode": "flashinfer_sparse_mla"}
+
+
+def test_sm12x_refused_when_flashinfer_cannot_be_told_the_scale_format(fake_flashinfer):
+    params = [inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                default=None if p["has_default"] else inspect.Parameter.empty)
+              for p in SIG_067[TRTLLM]]
+    old = RecordingTrtllm(inspect.Signature(params))
+    fi = types.SimpleNamespace(__version__="0.6.14",
+                               decode=types.SimpleNamespace(trtllm_batch_decode_with_kv_cache_mla=old))
+    d = decision(device_class="sm120", kv_cache_dtype="fp8_e4m3", kv_cache_layout="fp8-656-blockwise",
+                 prefill_backend="flashinfer_sparse_mla", decode_backend="flashinfer_sparse_mla")
+    with pytest.raises(AdapterConfigError, match="no kv_scale_format"):
+        build(d, device_class="sm120", flashinfer=fi, workspace_bytes=1024)
+
+
+def test_trtllm_without_counter_keyword_gets_none(fake_flashinfer):
+    """flashinfer 0.6.7.post2 has no multi_ctas_kv_counter_buffer: the adapter leaves it out."""
+    params = [inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                default=None if p["has_default"] else inspect.Parameter.empty)
+              for p in SIG_067[TRTLLM]]
+    old = RecordingTrtllm(inspect.Signature(params))
+    fi = types.SimpleNamespace(__version__="0.6.7.post2",
+                               decode=types.SimpleNamespace(trtllm_batch_decode_with_kv_cache_mla=old))
+    prob = ragged_problem(8)
+    d = decision(device_class="sm100", prefill_backend="trtllm", decode_backend="trtllm", index_topk=prob["k"])
+    a = build(d, device_class="sm100", flashinfer=fi, workspace_bytes=1024, softmax_scale=SCALE)
+    kv = torch.cat([prob["kv"], prob["kv"][:20]])
+    out = a.prefill(prob["q"], kv, prob["topk"], prob["page_table"], extend_lens=prob["extend"],
+                    seq_lens=prob["seq"])
+    assert "multi_ctas_kv_counter_buffer" not in old.calls[-1]
+    close(out, expected(prob))
+
+
+def test_trtllm_empty_rows_attend_to_a_dummy_token(fake_flashinfer):
+    """CUDA-graph padding rows (no valid index) get slot 0 and length 1, as sglang 0.5.23 does;
+    real rows are untouched."""
+    g = torch.Generator().manual_seed(9)
+    k, h, rows = 8, 2, 5
+    page_table = torch.stack([torch.randperm(128, generator=g)[:16] for _ in range(rows)]).int()
+    topk = torch.tensor([[0, 1, -1, -1, -1, -1, -1, -1], [-1] * 8, [3, 0, 2, -1, -1, -1, -1, -1],
+                         [-1] * 8, [5, 4, 3, 2, 1, 0, -1, -1]])
+    q = torch.randn(rows, h, 576, generator=g).bfloat16()
+    kv = torch.randn(128, 576, generator=g).bfloat16()
+    d = decision(device_class="sm100", prefill_backend="trtllm", decode_backend="trtllm", index_topk=k)
+    a = build(d, device_class="sm100", flashinfer=fake_flashinfer, workspace_bytes=1024, softmax_scale=SCALE)
+    out = a.decode(q, kv, topk, page_table, a.plan_decode([2, 1, 3, 1, 6]))
+    call = fake_flashinfer.trtllm.calls[-1]
+    assert call["seq_lens"].tolist() == [2, 1, 3, 1, 6]
+    assert call["block_tables"][1, 0, 0] == 0 and call["block_tables"][3, 0, 0] == 0
+    assert bool((call["block_tables"][[1, 3], 0, 1:] == -1).all())
+    real = [0, 2, 4]
+    slots = torch.where(topk >= 0, page_table.gather(1, topk.clamp(min=0).long()), -1)
+    ref = sparse_mla_reference(q.float(), kv.float(), slots, SCALE)
+    close(out[real], ref[real])
+    assert bool(torch.isfinite(out).all())
+
+
+def test_trtllm_max_seq_len_without_a_plan_is_the_table_width(fake_flashinfer):
+    prob = ragged_problem(10, extend=(1, 1, 1), prefix=(2, 11, 0))
+    d = decision(device_class="sm100", prefill_backend="trtllm", decode_backend="trtllm", index_topk=prob["k"])
+    a = build(d, device_class="sm100", flashinfer=fake_flashinfer, workspace_bytes=1024, softmax_scale=SCALE)
+    a.decode(prob["q"], torch.cat([prob["kv"], prob["kv"][:20]]), prob["topk"], prob["page_table"])
+    assert fake_flashinfer.trtllm.calls[-1]["max_seq_len"] == prob["page_table"].shape[1]
 
 
 def test_fa3_plans_once_per_forward_and_rewrites_only_the_index_buffer(fake_flashinfer):
@@ -318,15 +435,18 @@ def build(d, **kw):
 
 
 def test_backend_from_another_package_is_refused_with_what_would_run(fake_flashinfer):
+    d = decision(kv_cache_dtype="fp8_e4m3", kv_cache_layout="fp8-656-blockwise",
+                 prefill_backend="flashmla_sparse_q8", decode_backend="flashmla_kv")
     with pytest.raises(AdapterConfigError) as e:
-        build(decision(), device_class="sm90", flashinfer=fake_flashinfer)
+        build(d, device_class="sm90", flashinfer=fake_flashinfer)
     msg = str(e.value)
-    assert "'flashmla_sparse'" in msg and "sm90" in msg and "FlashMLA" in msg and "'fa3'" in msg
+    assert "'flashmla_sparse_q8'" in msg and "sm90" in msg and "FlashMLA" in msg and "'fa3'" in msg
+    assert "'flashmla_kv'" in msg  # listed among what runs there
 
 
 def test_backend_on_the_wrong_device_is_refused(fake_flashinfer):
     d = decision(prefill_backend="trtllm", decode_backend="trtllm", kv_cache_layout="bf16-576")
-    with pytest.raises(AdapterConfigError, match=r"'trtllm' runs on sm100, sm103, not on sm90.*\['fa3', 'torch'\]"):
+    with pytest.raises(AdapterConfigError, match=r"'trtllm' runs on sm100, sm103, not on sm90.*\['fa3', 'flashmla_sparse', 'flashmla_kv', 'flashmla_auto', 'torch'\]"):
         build(d, device_class="sm90", flashinfer=fake_flashinfer)
     with pytest.raises(AdapterConfigError, match="not on cpu"):
         build(d, flashinfer=fake_flashinfer)          # detected: the CPU
@@ -364,7 +484,7 @@ def test_bad_decisions_are_refused(fake_flashinfer, overrides, match):
 
 
 def test_one_phase_adapter_and_explicit_override(fake_flashinfer):
-    # sm90 bf16: prefill is flashmla_sparse (another package); decode alone is fine
+    # sm90 bf16: decode alone (fa3) builds without sgl-flash-mla
     a = build(decision(), device_class="sm90", phases=("decode",), flashinfer=fake_flashinfer,
               workspace_bytes=1024)
     assert a.backends == {"decode": "fa3"}

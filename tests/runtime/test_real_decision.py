@@ -42,21 +42,21 @@ def test_adapter_builds_from_a_resolved_b200_decision():
     assert a.kv_cache_layout == d.kv_cache_layout and a.page_size == d.page_size
 
 
-def test_adapter_refuses_the_h200_default_prefill_and_serves_its_decode():
+@pytest.mark.parametrize("config", [{}, {"kv_cache_dtype": "fp8_e4m3"}])
+def test_adapter_builds_the_h200_default_decisions_with_flashmla(config):
+    """H200: bf16 → flashmla_sparse prefill + fa3 decode; fp8 → flashmla_kv both sides."""
     pytest.importorskip("torch")
-    from nsa_policy.runtime import AdapterConfigError, SparseMLAAdapter
+    from nsa_policy.runtime import SparseMLAAdapter
 
     from .test_adapter import FakeMLAWrapper, real_signatures
+    from .test_flashmla import FakeFlashMLA
     import types
     import flashinfer
     FakeMLAWrapper.signatures, FakeMLAWrapper.instances = real_signatures(), []
     fi = types.SimpleNamespace(__version__=flashinfer.__version__,
                                mla=types.SimpleNamespace(BatchMLAPagedAttentionWrapper=FakeMLAWrapper))
-    d = resolved("h200")
-    if d.prefill_backend in ("fa3", "torch"):
-        pytest.skip(f"the h200 default prefill is {d.prefill_backend}, which the adapter runs")
-    with pytest.raises(AdapterConfigError, match=repr(d.prefill_backend)):
-        SparseMLAAdapter.from_decision(d, device="cpu", device_class=d.device_class, flashinfer=fi)
+    d = resolved("h200", **config)
     a = SparseMLAAdapter.from_decision(d, device="cpu", device_class=d.device_class, flashinfer=fi,
-                                       phases=("decode",), workspace_bytes=1024)
-    assert a.backends == {"decode": d.decode_backend} and a.num_heads == d.heads_per_rank
+                                       flash_mla=FakeFlashMLA(), workspace_bytes=1024)
+    assert a.backends == {"prefill": d.prefill_backend, "decode": d.decode_backend}
+    assert a.kv_cache_layout == d.kv_cache_layout

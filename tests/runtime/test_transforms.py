@@ -33,7 +33,8 @@ def ragged_batches(draw):
     far = 2 ** 40 if dtype == torch.int64 else 2 ** 31 - 1
     index = st.one_of(st.integers(-3, row_len + 3), st.sampled_from([-1, far, -far]))
     topk = draw(st.lists(st.lists(index, min_size=k, max_size=k), min_size=t, max_size=t))
-    pages = draw(st.lists(st.lists(st.integers(0, 1000), min_size=width, max_size=width),
+    # −1 = an unmapped page: its positions must come out −1, never slots −P…−1
+    pages = draw(st.lists(st.lists(st.integers(-1, 1000), min_size=width, max_size=width),
                           min_size=num_reqs, max_size=num_reqs))
     page_table = torch.tensor(pages, dtype=torch.int32).reshape(num_reqs, width)
     topk_t = torch.tensor(topk, dtype=dtype).reshape(t, k)
@@ -169,3 +170,28 @@ def test_triton_equals_torch_on_large_random_batches():
     a = transform_index_page_table_prefill(pt, topk, extend, impl="triton")
     b = transform_index_page_table_prefill(pt, topk, extend, impl="torch")
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_unmapped_page_gives_minus_one_and_is_not_counted(impl, page_size):
+    page_table = torch.tensor([[3, -1, 5]], dtype=torch.int32, device=DEVICE)
+    topk = torch.tensor([[0, page_size, 2 * page_size, 2 * page_size - 1]], dtype=torch.int32, device=DEVICE)
+    out = transform_index_page_table_decode(page_table, topk, page_size, impl=impl)
+    assert out.tolist() == [[3 * page_size, -1, 5 * page_size, -1]]
+    packed, counts = transform_index_page_table_decode_compact(page_table, topk, page_size, impl=impl)
+    assert packed.tolist() == [[3 * page_size, 5 * page_size, -1, -1]] and counts.tolist() == [2]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_empty_rows_can_point_at_a_dummy_slot(impl):
+    page_table = torch.tensor([[7, 8, 9], [4, 5, 6], [1, 2, 3]], dtype=torch.int32, device=DEVICE)
+    topk = torch.tensor([[2, -1, 0], [-1, -1, -1], [5, -3, -1]], dtype=torch.int32, device=DEVICE)
+    packed, counts = transform_index_page_table_decode_compact(page_table, topk, 1, impl=impl,
+                                                               empty_row_slot=11)
+    assert packed.tolist() == [[9, 7, -1], [11, -1, -1], [11, -1, -1]] and counts.tolist() == [2, 1, 1]
+    packed, counts = transform_index_page_table_prefill_compact(page_table, topk, [1, 1, 1], impl=impl,
+                                                                empty_row_slot=0)
+    assert packed.tolist() == [[9, 7, -1], [0, -1, -1], [0, -1, -1]] and counts.tolist() == [2, 1, 1]
+    with pytest.raises(ValueError, match="empty_row_slot"):
+        transform_index_page_table_decode_compact(page_table, topk, 1, impl=impl, empty_row_slot=-1)
