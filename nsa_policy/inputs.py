@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from nsa_policy.catalog.store import Catalog
 from nsa_policy.errors import InputError, closest
-from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, Environment, ModelFacts, ServingConfig
+from nsa_policy.engine.facts import DSA_ENV_VARS, THRESHOLD_ENV_VARS, DeviceFacts, Environment, ModelFacts, ServingConfig
 
 CONFIG_FIELDS = tuple(ServingConfig.model_fields)
 # Later sglang spellings (NSA was renamed DSA in 2026-05) map onto the fields we use.
@@ -88,7 +88,9 @@ def environment_from(env: Optional[Mapping[str, str]] = None, packages: Optional
     if len(found) == 2 and found[0][1] != found[1][1]:
         raise InputError(found[1][0], found[1][1], hint=f"conflicts with {found[0][0]}={found[0][1]}")
     var, val = found[0] if found else (None, None)
-    return Environment(dense_attn_kv_len_threshold=val, threshold_env_var=var, packages=dict(packages or {}))
+    variables = {name: str(env[name]) for name in DSA_ENV_VARS if env.get(name) is not None}
+    return Environment(dense_attn_kv_len_threshold=val, threshold_env_var=var, packages=dict(packages or {}),
+                       variables=variables)
 
 
 @lru_cache(maxsize=1)

@@ -19,6 +19,8 @@ STATIC_PATHS = frozenset(
     + [f"model.{k}" for k in ("id", "family", "architecture", "index_topk", "num_attention_heads", "is_dsa")]
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
+    + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
+                             "dsa_hip_disable_preshuffle")]
     + [f"derived.{k}" for k in ("attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
                                "dsa_flags_set")]
@@ -122,6 +124,7 @@ def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
     names = catalog.backends
     threshold, source = (c.dense_attn_kv_len_threshold, "flag") if c.dense_attn_kv_len_threshold is not None else (
         (e.dense_attn_kv_len_threshold, "env") if e.dense_attn_kv_len_threshold is not None else (None, None))
+    ns.update(_env_switches(e))
     ns.update({
         "env.dense_attn_kv_len_threshold": e.dense_attn_kv_len_threshold,
         "env.threshold_env_var": e.threshold_env_var,
@@ -135,6 +138,25 @@ def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
             c.nsa_prefill_backend, c.nsa_decode_backend, c.dense_attn_kv_len_threshold)),
     })
     return ns
+
+
+def _get_bool_env_var(value: Optional[str]) -> bool:
+    """sglang's utils.common.get_bool_env_var: "true"/"1" (any case) hold; anything else is false."""
+    return value is not None and value.lower() in ("true", "1")
+
+
+def _env_switches(e) -> dict:
+    """The ROCm preshuffle switches, parsed as sglang's readers parse them. dsa_hip_disable_preshuffle is
+    None when the variable is unset (0.5.13-0.5.20 then fall back to the NSA name; 0.5.21+ do not)."""
+    v = e.variables
+    dsa = v.get("SGLANG_DSA_HIP_DISABLE_PRESHUFFLE")
+    return {
+        "env.use_aiter": _get_bool_env_var(v.get("SGLANG_USE_AITER")),
+        "env.aiter_aot_gluon_pa_mqa_logits": _get_bool_env_var(v.get("AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS")),
+        "env.nsa_hip_disable_preshuffle": _get_bool_env_var(v.get("SGLANG_NSA_HIP_DISABLE_PRESHUFFLE")),
+        # environ.EnvBool: true/1/yes/y hold (false/0/no/n do not; sglang raises on anything else)
+        "env.dsa_hip_disable_preshuffle": None if dsa is None else dsa.lower() in ("true", "1", "yes", "y"),
+    }
 
 
 def threshold_detail(ns: FactNamespace) -> Optional[str]:

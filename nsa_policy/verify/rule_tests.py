@@ -12,7 +12,7 @@ the top-level *.yaml of a bundle folder, so tests/ never becomes rules and never
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from nsa_policy.catalog.paths import policy_dir, rules_dir
 from nsa_policy.catalog.store import KV_DTYPES, load_catalog
 from nsa_policy.engine.bundle import BUNDLE_FILE, BundleFile, get_bundle, list_bundles
 from nsa_policy.engine.decision import Decision
+from nsa_policy.engine.facts import Facts
 from nsa_policy.engine.schema_load import validate_doc
 from nsa_policy.engine.yaml_lines import LineDict, line_of, load_yaml
 from nsa_policy.errors import InputError, NsaPolicyError, RuleFileError, closest
@@ -76,7 +77,7 @@ class RuleTestCase:
     name: str
     file: str  # as shown: rules/policy/<bundle>/tests/x.yaml for shipped bundles
     line: int
-    input: dict
+    input: dict[str, Any]
     expect: Expectation
 
     @property
@@ -123,7 +124,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _code_list(key: str, value: Any, err) -> tuple[str, ...]:
+def _code_list(key: str, value: Any, err: Callable[[str], RuleFileError]) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
         raise err(f"{key}: a list of finding codes, e.g. [NSA101]")
     codes = load_codes().codes
@@ -139,7 +140,7 @@ def _code_list(key: str, value: Any, err) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _expectation(data: LineDict, where: list, name: str, path: Path) -> Expectation:
+def _expectation(data: LineDict, where: list[str | int], name: str, path: Path) -> Expectation:
     def err(msg: str, key: str | None = None) -> RuleFileError:
         loc = where + ([key] if key is not None else [])
         return RuleFileError(str(path), line_of(data, loc), f"case {name!r}: expect.{msg}")
@@ -349,7 +350,7 @@ def compare(expect: Expectation, decision: Decision, rule_ids: Sequence[str]) ->
     return problems
 
 
-def facts_of(case: RuleTestCase):
+def facts_of(case: RuleTestCase) -> Facts:
     """The case's input as facts; input that cannot be evaluated is an error at the case's line."""
     from nsa_policy.verify.coverage import facts_from_case_input
 
@@ -400,7 +401,7 @@ def not_fired(results: Sequence[RunResult]) -> dict[str, list[str]]:
     return {name: [r.id for r in get_bundle(policy_of[name]).rules if r.id not in fired[name]] for name in fired}
 
 
-def report_json(results: Sequence[RunResult], coverage: bool = False) -> dict:
+def report_json(results: Sequence[RunResult], coverage: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {
         "ok": all(rr.failed == 0 for rr in results),
         "passed": sum(rr.passed for rr in results), "failed": sum(rr.failed for rr in results),
