@@ -38,7 +38,7 @@ def run_rule_tests(
         runs = plan(policy, cases or ()) if policy is not None else shipped_plan()
         results = execute(runs)
     except NsaPolicyError as exc:
-        raise fail_usage(exc, as_json)
+        raise fail_usage(exc, as_json) from None
     failed = sum(rr.failed for rr in results)
     if as_json:
         print(json.dumps(report_json(results, coverage)))
