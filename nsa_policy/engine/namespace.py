@@ -20,7 +20,7 @@ STATIC_PATHS = frozenset(
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
     + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
-                             "dsa_hip_disable_preshuffle")]
+                             "dsa_hip_disable_preshuffle", "nsa_threshold_set", "dsa_threshold_set")]
     + [f"derived.{k}" for k in ("attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
                                "dsa_flags_set")]
@@ -156,6 +156,9 @@ def _env_switches(e) -> dict:
         "env.nsa_hip_disable_preshuffle": _get_bool_env_var(v.get("SGLANG_NSA_HIP_DISABLE_PRESHUFFLE")),
         # environ.EnvBool: true/1/yes/y hold (false/0/no/n do not; sglang raises on anything else)
         "env.dsa_hip_disable_preshuffle": None if dsa is None else dsa.lower() in ("true", "1", "yes", "y"),
+        # which threshold names are set (with a value): sglang up to 0.5.12 reads only the NSA one, later only the DSA one
+        "env.nsa_threshold_set": bool(v.get("SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", "").strip()),
+        "env.dsa_threshold_set": bool(v.get("SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", "").strip()),
     }
 
 
