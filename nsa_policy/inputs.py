@@ -107,7 +107,7 @@ def installed_packages() -> dict[str, str]:
 
 def device_from(device: Any, catalog: Catalog) -> DeviceFacts:
     if isinstance(device, DeviceFacts):
-        return device
+        return catalog.check_device(device)  # its class must be one of the loaded catalog's
     if isinstance(device, str):
         if device.strip().lower() == "auto":
             from nsa_policy.integration.discovery import discover
@@ -123,7 +123,7 @@ def model_from(model: Any, config: ServingConfig, catalog: Catalog) -> ModelFact
             raise InputError("model", None, catalog.model_ids, hint="no model given and config.model_path is unset")
         model = config.model_path
     if isinstance(model, ModelFacts):
-        return model
+        return catalog.check_model(model)  # its family must be one of the loaded catalog's
     if isinstance(model, Path) or (isinstance(model, str) and _looks_like_path(model)):
         return catalog.model_from_path(Path(model))
     if isinstance(model, str):

@@ -1,4 +1,9 @@
-"""The catalogs in rules/catalog: devices, models and the backend capability matrix."""
+"""The catalogs in rules/catalog: devices, models and the backend capability matrix.
+
+The catalog is the one owner of device classes, backends and model families: every list of them
+in the code (types, choices, the runtime's tables) is derived from the loaded catalog, so a new
+device class or backend is one entry in rules/catalog/*.yaml.
+"""
 from __future__ import annotations
 
 import json
@@ -8,14 +13,18 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nsa_policy.errors import InputError
-from nsa_policy.engine.facts import DEVICE_CLASSES, DeviceFacts, ModelFacts
+from nsa_policy.errors import InputError, RuleFileError
+from nsa_policy.engine.facts import DeviceFacts, ModelFacts
 from nsa_policy.catalog.paths import catalog_dir
 from nsa_policy.engine.schema_load import load_doc
+from nsa_policy.engine.yaml_lines import line_of
 
 KV_DTYPES = ("bfloat16", "fp8_e4m3")
 PHASES = ("prefill", "decode")
 Status = Literal["supported", "degraded", "unsupported"]
+Phase = Literal["prefill", "decode"]
+KvDtype = Literal["bfloat16", "fp8_e4m3"]
+KvLayout = Literal["bf16-576", "fp8-576-per-tensor", "fp8-656-blockwise"]
 
 
 class _Spec(BaseModel):
@@ -29,16 +38,34 @@ class DeviceClassSpec(_Spec):
 
 
 class DeviceEntry(_Spec):
-    device_class: Literal[DEVICE_CLASSES] = Field(alias="class")  # type: ignore[valid-type]
+    device_class: str = Field(alias="class")  # a key of `classes`, checked on load
     product: str
     nvml_names: list[str] = []
     memory_gb: Optional[float] = None
     sm_count: Optional[int] = None
 
 
+class CapabilityRange(_Spec):
+    """Compute capabilities min..max (inclusive) of one vendor."""
+
+    vendor: Literal["nvidia", "amd"]
+    min: tuple[int, int]
+    max: tuple[int, int]
+
+    def holds(self, vendor: str, cc: Optional[tuple[int, int]]) -> bool:
+        return cc is not None and vendor == self.vendor and self.min <= tuple(cc) <= self.max
+
+
+class MhaOneShotGate(_Spec):
+    description: str
+    capabilities: list[CapabilityRange]
+    evidence: list[str] = []
+
+
 class DeviceCatalog(_Spec):
-    classes: dict[Literal[DEVICE_CLASSES], DeviceClassSpec]  # type: ignore[valid-type]
+    classes: dict[str, DeviceClassSpec]
     devices: dict[str, DeviceEntry]
+    mha_one_shot: MhaOneShotGate
 
 
 class FamilySpec(_Spec):
@@ -57,25 +84,41 @@ class ModelCatalog(_Spec):
 
 
 class Cell(_Spec):
-    devices: list[Literal[DEVICE_CLASSES]]  # type: ignore[valid-type]
-    phases: list[Literal["prefill", "decode"]]
-    kv: list[Literal["bfloat16", "fp8_e4m3"]]
+    devices: list[str]  # device classes, checked against devices.yaml on load
+    phases: list[Phase]
+    kv: list[KvDtype]
     status: Status
     reason: Optional[str] = None
     evidence: list[str] = []
 
 
+class SglangChoice(_Spec):
+    """The sglang releases that list a backend among the --nsa/--dsa-{prefill,decode}-backend choices."""
+
+    since: str = Field(description="first release listing it (both flags unless per_phase says otherwise)")
+    per_phase: dict[Phase, Optional[str]] = Field(
+        default={}, description="first release per flag, where it differs; null = never listed for that flag")
+    until: Optional[str] = Field(default=None, description="last release listing it; unset = still listed")
+
+
 class BackendSpec(_Spec):
     description: str
-    package: str
-    phases: list[Literal["prefill", "decode"]]
+    package: str = Field(description="the distribution that ships the kernel")
+    kernel: Optional[str] = Field(default=None, description="the kernel library, when not named after the package")
+    phases: list[Phase]
+    kv_layouts: dict[KvDtype, KvLayout] = Field(description="the KV-cache layout it reads per KV dtype")
     cells: list[Cell]
     elsewhere: str
+    sglang_choice: Optional[SglangChoice] = None
     page_size: Optional[int] = None
-    pad_heads_to: dict[str, int] = {}
+    pad_heads_to: dict[str, int] = {}  # device class → heads, checked on load
     requires_index_topk: list[int] = []
     min_versions: dict[str, str] = {}
     evidence: list[str] = []
+
+    @property
+    def served_by(self) -> str:
+        return f"{self.kernel} ({self.package})" if self.kernel else self.package
 
 
 class BackendCatalog(_Spec):
@@ -111,9 +154,10 @@ class Catalog:
 
     def __init__(self, root: Path):
         self.root = root
-        self.device_doc, _ = load_doc(DeviceCatalog, root / "devices.yaml")
+        self.device_doc, device_data = load_doc(DeviceCatalog, root / "devices.yaml")
         self.model_doc, _ = load_doc(ModelCatalog, root / "models.yaml")
-        self.backend_doc, _ = load_doc(BackendCatalog, root / "backends.yaml")
+        self.backend_doc, backend_data = load_doc(BackendCatalog, root / "backends.yaml")
+        self._check_references(device_data, backend_data)
         self.backends: dict[str, BackendSpec] = self.backend_doc.backends
         self.arch_family = {a: fam for fam, spec in self.model_doc.families.items() for a in spec.architectures}
         self._cells: dict[tuple[str, str, str, str], Capability] = {}
@@ -135,11 +179,66 @@ class Catalog:
                 name=name, device_class=entry.device_class, vendor=cls_spec.vendor,
                 compute_capability=cls_spec.compute_capability, product_name=entry.product,
                 memory_gb=entry.memory_gb, sm_count=entry.sm_count, source="catalog")
+        # Per device class, from the matrix: does some backend run each phase for one KV dtype?
+        running = {(d, k, p) for (_, d, k, p), cap in self._cells.items() if cap.runs}
+        self._runs_dsa = {cls: any(all((cls, kv, p) in running for p in PHASES) for kv in KV_DTYPES)
+                          for cls in self.device_doc.classes}
+
+    def _check_references(self, device_data: Any, backend_data: Any) -> None:
+        """Names that point into another catalog file must exist there (errors at file:line)."""
+        classes = self.device_doc.classes
+        valid = ", ".join(classes)
+
+        def bad(path: Path, data: Any, loc: list, value: str) -> RuleFileError:
+            where = ".".join(str(p) for p in loc)
+            return RuleFileError(str(path), line_of(data, loc),
+                                 f"{where}: {value!r} is not a device class of devices.yaml; valid: {valid}")
+
+        for name, entry in self.device_doc.devices.items():
+            if entry.device_class not in classes:
+                raise bad(self.root / "devices.yaml", device_data, ["devices", name, "class"], entry.device_class)
+        for name, spec in self.backend_doc.backends.items():
+            for i, cell in enumerate(spec.cells):
+                for j, dev in enumerate(cell.devices):
+                    if dev not in classes:
+                        raise bad(self.root / "backends.yaml", backend_data, ["backends", name, "cells", i, "devices", j], dev)
+                if cell.status != "unsupported":
+                    for kv in cell.kv:
+                        if kv not in spec.kv_layouts:
+                            raise RuleFileError(str(self.root / "backends.yaml"),
+                                                line_of(backend_data, ["backends", name, "kv_layouts"]),
+                                                f"backends.{name}.kv_layouts: no layout for {kv}, which a cell runs")
+            for dev in spec.pad_heads_to:
+                if dev not in classes:
+                    raise bad(self.root / "backends.yaml", backend_data, ["backends", name, "pad_heads_to", dev], dev)
 
     # devices --------------------------------------------------------------
     @property
     def device_names(self) -> list[str]:
         return list(self.device_doc.devices)
+
+    @property
+    def device_classes(self) -> list[str]:
+        return list(self.device_doc.classes)
+
+    def check_device(self, facts: DeviceFacts, field: str = "device") -> DeviceFacts:
+        """Device facts from outside the catalog (a caller's DeviceFacts) must name a catalog class."""
+        if facts.device_class not in self.device_doc.classes:
+            raise InputError(f"{field}.device_class", facts.device_class, self.device_classes,
+                             hint="not a device class of rules/catalog/devices.yaml")
+        return facts
+
+    def runs_dsa(self, device_class: str) -> bool:
+        """Some backend runs prefill and some runs decode for one KV dtype here (the matrix alone)."""
+        return self._runs_dsa.get(device_class, False)
+
+    def mha_one_shot(self, vendor: str, compute_capability: Optional[tuple[int, int]]) -> bool:
+        """sglang's device gate for dense MHA one-shot prefill (devices.yaml `mha_one_shot`)."""
+        return any(r.holds(vendor, compute_capability) for r in self.device_doc.mha_one_shot.capabilities)
+
+    def class_mha_one_shot(self, device_class: str) -> bool:
+        spec = self.device_doc.classes.get(device_class)
+        return spec is not None and self.mha_one_shot(spec.vendor, spec.compute_capability)
 
     @property
     def device_choices(self) -> list[str]:
@@ -161,16 +260,32 @@ class Catalog:
                     best, best_len = name, len(prefix)
         return best
 
-    def class_for_capability(self, major: int, minor: int) -> Optional[str]:
+    def class_for_capability(self, major: int, minor: int, vendor: str = "nvidia") -> Optional[str]:
         for cls, spec in self.device_doc.classes.items():
-            if spec.vendor == "nvidia" and spec.compute_capability == (major, minor):
+            if spec.vendor == vendor and spec.compute_capability == (major, minor):
                 return cls
         return None
+
+    def vendor_class(self, name: str, vendor: str) -> Optional[str]:
+        """`name` when it is a device class of `vendor` (ROCm reports its gfx arch, the class name)."""
+        spec = self.device_doc.classes.get(name)
+        return name if spec is not None and spec.vendor == vendor else None
 
     # models ---------------------------------------------------------------
     @property
     def model_ids(self) -> list[str]:
         return list(self.model_doc.models)
+
+    @property
+    def family_names(self) -> list[str]:
+        return list(self.model_doc.families)
+
+    def check_model(self, facts: ModelFacts, field: str = "model") -> ModelFacts:
+        """Model facts from outside the catalog must name a catalog family (or none)."""
+        if facts.family is not None and facts.family not in self.model_doc.families:
+            raise InputError(f"{field}.family", facts.family, self.family_names,
+                             hint="not a family of rules/catalog/models.yaml")
+        return facts
 
     def family_of(self, architecture: str, index_topk: Optional[int]) -> Optional[str]:
         if index_topk is None:
@@ -222,6 +337,38 @@ class Catalog:
     @property
     def backend_names(self) -> list[str]:
         return list(self.backends)
+
+    def runs_on(self, backend: str) -> tuple[str, ...]:
+        """The device classes where some cell of `backend` runs (catalog order)."""
+        hits = {d for (b, d, k, p), cap in self._cells.items() if b == backend and cap.runs}
+        return tuple(c for c in self.device_doc.classes if c in hits)
+
+    def layouts_read(self, backend: str) -> tuple[str, ...]:
+        """The KV layouts `backend` reads somewhere: those of the KV dtypes some cell runs."""
+        spec = self.backends[backend]
+        kvs = {k for (b, d, k, p), cap in self._cells.items() if b == backend and cap.runs}
+        return tuple(dict.fromkeys(layout for kv, layout in spec.kv_layouts.items() if kv in kvs))
+
+    def sglang_since(self, backend: str, phase: str) -> Optional[str]:
+        """The first sglang release listing `backend` as a --nsa/--dsa-`phase`-backend choice."""
+        spec = self.backends.get(backend)
+        choice = spec.sglang_choice if spec else None
+        if choice is None:
+            return None
+        return choice.per_phase.get(phase, choice.since)  # type: ignore[call-overload]
+
+    def sglang_lists(self, backend: str, phase: str, release: str) -> bool:
+        """Does sglang `release` accept `backend` for `phase` (--nsa/--dsa-`phase`-backend choices)?"""
+        since = self.sglang_since(backend, phase)
+        if since is None or not version_ge(release, since):
+            return False
+        until = self.backends[backend].sglang_choice.until  # type: ignore[union-attr]
+        return until is None or version_ge(until, release)
+
+    def sglang_choices(self, release: str, phase: Optional[str] = None) -> list[str]:
+        """The backends sglang `release` lists as choices (of `phase`'s flag, or of either flag)."""
+        phases = (phase,) if phase else PHASES
+        return [b for b in self.backends if any(self.sglang_lists(b, p, release) for p in phases)]
 
     def capability(self, backend: str, device_class: str, kv: str, phase: str) -> Capability:
         key = (backend, device_class, kv, phase)

@@ -117,7 +117,8 @@ class CompiledBundle:
 
 
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.\-<>]*)\}")
-ALTERNATIVE_KINDS = ("values", "backends", "kv_dtypes", "device_classes", "backends_or_kv_dtypes", "parallel")
+ALTERNATIVE_KINDS = ("values", "backends", "kv_dtypes", "device_classes", "backends_or_kv_dtypes", "parallel",
+                     "catalog_backends", "sglang_choices")
 
 
 def _compile_message(text: str, err: Callable[[str], Exception]) -> tuple:

@@ -69,6 +69,10 @@ def _alternatives(spec: Optional[dict], ns: FactNamespace, catalog: Catalog) -> 
     dev, kv, topk = ns["device.class"], ns["out.kv_cache_dtype"], ns["model.index_topk"]
     if kind == "values":
         return tuple(str(v) for v in arg)
+    if kind == "catalog_backends":  # every backend name of the catalog
+        return tuple(catalog.backend_names)
+    if kind == "sglang_choices":  # the backends sglang release `arg` lists as --nsa/--dsa-*-backend choices
+        return tuple(catalog.sglang_choices(str(arg)))
     if kind == "backends":
         if kv is None:
             return ()

@@ -5,10 +5,22 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEVICE_CLASSES = ("sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm120", "sm121", "gfx942", "gfx950", "cpu")
-DeviceClass = Literal["sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm120", "sm121", "gfx942", "gfx950", "cpu"]
 Vendor = Literal["nvidia", "amd", "cpu"]
-ModelFamily = Literal["deepseek_v32", "glm5", "mistral_large3"]
+
+
+def _catalog_enum(what: str):
+    """JSON-schema hook: list the loaded catalog's device classes or model families.
+
+    The catalog (rules/catalog/) is the one owner of these names, so the types here are plain
+    strings; inputs are checked against the loaded catalog (Catalog.check_device/check_model)."""
+    def extra(schema: dict) -> None:
+        from nsa_policy.catalog.store import load_catalog  # lazy: the catalog imports this module
+
+        cat = load_catalog()
+        names = list(cat.device_classes if what == "device_class" else cat.family_names)
+        target = next((b for b in schema.get("anyOf", ()) if b.get("type") == "string"), schema)
+        target["enum"] = names
+    return extra
 
 
 class Frozen(BaseModel):
@@ -19,7 +31,8 @@ class DeviceFacts(Frozen):
     """One accelerator class, as the catalog or NVML describes it."""
 
     name: str = Field(description="catalog name (h200) or capability spec (sm90) or discovered product name")
-    device_class: DeviceClass
+    device_class: str = Field(description="a device class of the catalog (rules/catalog/devices.yaml)",
+                              json_schema_extra=_catalog_enum("device_class"))
     vendor: Vendor
     compute_capability: Optional[tuple[int, int]] = Field(
         default=None, description="(major, minor); ROCm reports major 9: gfx942 → (9, 4), gfx950 → (9, 5)")
@@ -34,7 +47,8 @@ class ModelFacts(Frozen):
 
     model_id: Optional[str] = None
     architecture: str
-    family: Optional[ModelFamily] = Field(default=None, description="None when the model is not a DSA model")
+    family: Optional[str] = Field(default=None, description="a catalog family; None when the model is not a DSA model",
+                                  json_schema_extra=_catalog_enum("family"))
     index_topk: Optional[int] = None
     num_attention_heads: Optional[int] = None
     source: str = Field(default="catalog", description="catalog, a config.json path, 'mapping' or 'cli'")

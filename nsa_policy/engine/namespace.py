@@ -5,6 +5,7 @@ from the outputs decided so far, so a validation sees the final choice.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -15,7 +16,8 @@ from nsa_policy.engine.facts import DeviceFacts, Facts, ModelFacts, ServingConfi
 KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
 
 STATIC_PATHS = frozenset(
-    [f"device.{k}" for k in ("name", "class", "vendor", "major", "minor", "product", "memory_gb", "sm_count")]
+    [f"device.{k}" for k in ("name", "class", "vendor", "major", "minor", "product", "memory_gb", "sm_count",
+                              "runs_dsa", "mha_one_shot")]
     + [f"model.{k}" for k in ("id", "family", "architecture", "index_topk", "num_attention_heads", "is_dsa")]
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
@@ -30,14 +32,18 @@ LAZY_PATHS = frozenset(f"{kind}.{phase}{suffix}" for phase in ("prefill", "decod
                        for kind, suffix in (("cap", ".status"), ("cap", ".reason"), ("req", ""),
                                             ("pad", ""), ("pad", "_factor")))
 LAZY_PREFIXES = ("pkg.",)
+# sglang.<release>.lists_<phase>_backend: does that sglang release list the configured backend among
+# its --nsa/--dsa-<phase>-backend choices (catalog backends.yaml sglang_choice); None when unset/unknown.
+_SGLANG_LISTS = re.compile(r"^sglang\.(\d+(?:\.[0-9A-Za-z]+)*)\.lists_(prefill|decode)_backend$")
 
 
 def known_path(path: str) -> bool:
-    return path in STATIC_PATHS or path in LAZY_PATHS or path.startswith(LAZY_PREFIXES)
+    return (path in STATIC_PATHS or path in LAZY_PATHS or path.startswith(LAZY_PREFIXES)
+            or _SGLANG_LISTS.match(path) is not None)
 
 
 def all_paths() -> list[str]:
-    return sorted(STATIC_PATHS | LAZY_PATHS) + ["pkg.<distribution>"]
+    return sorted(STATIC_PATHS | LAZY_PATHS) + ["pkg.<distribution>", "sglang.<release>.lists_{prefill,decode}_backend"]
 
 
 class FactNamespace(dict):
@@ -53,6 +59,13 @@ class FactNamespace(dict):
         if spec is None:
             if key.startswith("pkg."):
                 return self.packages.get(key[4:])
+            listed = _SGLANG_LISTS.match(key)
+            if listed:
+                release, phase = listed.groups()
+                backend = self[f"config.nsa_{phase}_backend"]
+                if backend is None or backend not in self.catalog.backends:
+                    return None
+                return self.catalog.sglang_lists(backend, phase, release)
             raise KeyError(key)
         kind, phase, what = spec
         backend = self.get(phase)
@@ -101,18 +114,30 @@ def _model_part(m: ModelFacts) -> dict:
             "model.is_dsa": m.family is not None}
 
 
+@lru_cache(maxsize=256)
+def _catalog_device_part(d: DeviceFacts, catalog: Catalog) -> dict:
+    # Facts the catalog derives for this device: whether the matrix has DSA kernels for its class,
+    # and sglang's dense MHA one-shot gate (devices.yaml mha_one_shot) for its capability.
+    return {"device.runs_dsa": catalog.runs_dsa(d.device_class),
+            "device.mha_one_shot": catalog.mha_one_shot(d.vendor, d.compute_capability)}
+
+
 _UNSET_OUTPUTS = {f"{kind}.{f}": None for f in OUTPUT_FIELDS for kind in ("out", "prov")}
 _CONFIG_KEYS = tuple((f"config.{name}", name) for name in ServingConfig.model_fields)
 
 
-def device_part(d: DeviceFacts) -> dict:
-    return _device_part(d)
+def device_part(d: DeviceFacts, catalog: Optional[Catalog] = None) -> dict:
+    """The `device.*` facts of a device (with a catalog, also those the catalog derives for it)."""
+    if catalog is None:
+        return _device_part(d)
+    return {**_device_part(d), **_catalog_device_part(d, catalog)}
 
 
 def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
     m, c, e, x = facts.model, facts.config, facts.env, facts.derived
     ns = FactNamespace(catalog, e.packages)
     ns.update(_device_part(facts.device))
+    ns.update(_catalog_device_part(facts.device, catalog))
     ns.update(_model_part(m))
     ns.update(_UNSET_OUTPUTS)
     cfg = c.__dict__

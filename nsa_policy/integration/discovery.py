@@ -95,11 +95,12 @@ def read_torch() -> Optional[dict]:
 def _facts_from_torch(reading: dict, catalog: Catalog) -> DeviceFacts:
     if reading.get("hip"):
         arch = (reading.get("gcn_arch") or "").split(":")[0]
-        if arch not in ("gfx942", "gfx950"):
+        cls = catalog.vendor_class(arch, "amd")  # ROCm classes are named by their gfx arch
+        if cls is None:
             raise DeviceDiscoveryError(f"torch (ROCm) reports {reading['name']!r} ({arch or 'unknown arch'}), "
-                                       f"not a DSA device class; pass --device with one of: {_choices(catalog)}")
-        base = catalog.device(arch)
-        return DeviceFacts(name=reading["name"], device_class=arch, vendor="amd",
+                                       f"not a device class of the catalog; pass --device with one of: {_choices(catalog)}")
+        base = catalog.device(cls)
+        return DeviceFacts(name=reading["name"], device_class=cls, vendor="amd",
                            compute_capability=base.compute_capability, product_name=reading["name"],
                            memory_gb=round(reading["memory_total_bytes"] / 1e9, 1), sm_count=reading.get("sm_count"),
                            source="torch")

@@ -281,6 +281,7 @@ def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
     messages, so one class is evaluated for the group.
     """
     from nsa_policy.engine.conditions import compile_condition
+    from nsa_policy.engine.namespace import device_part
 
     leaves: list = []
     for bundle in bundles:
@@ -293,10 +294,7 @@ def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
     groups: dict[tuple, list[str]] = {}
     for cls in catalog.device_doc.classes:
         dev = catalog.device(cls)
-        cc = dev.compute_capability
-        ns = {"device.name": cls, "device.class": cls, "device.vendor": dev.vendor,
-              "device.major": cc[0] if cc else None, "device.minor": cc[1] if cc else None,
-              "device.product": None, "device.memory_gb": None, "device.sm_count": None}
+        ns = device_part(dev, catalog)  # a capability spec: no product, memory or SM count
         truths = tuple(cls if c is None else bool(c(ns)) for c in checks)
         cells = tuple((catalog.capability(b, cls, kv, ph).status, spec.pad_heads_to.get(cls))
                       for b, spec in catalog.backends.items() for kv in ("bfloat16", "fp8_e4m3")
