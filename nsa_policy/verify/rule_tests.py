@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nsa_policy.catalog.codes import load_codes
 from nsa_policy.catalog.paths import policy_dir, rules_dir
 from nsa_policy.catalog.store import KV_DTYPES, load_catalog
-from nsa_policy.engine.bundle import BUNDLE_FILE, BundleFile, get_bundle, list_bundles
+from nsa_policy.engine.bundle import BUNDLE_FILE, BundleFile, get_bundle, list_bundles, release_bundle
 from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.facts import Facts
 from nsa_policy.engine.schema_load import validate_doc
@@ -234,15 +234,19 @@ def expand_case_paths(items: Sequence[str], option: str = "--cases") -> list[Pat
 
 
 def bundle_folder(policy: str) -> Path:
-    """The folder of a bundle given by shipped name or by path."""
+    """The folder of a bundle, found as get_bundle finds it: a shipped name (it wins over a local folder
+    of that name, which must be given as a path), a folder, or an sglang release's bundle."""
+    shipped = policy_dir() / policy
+    if "/" not in policy and "\\" not in policy and (shipped / BUNDLE_FILE).is_file():
+        return shipped
     p = Path(policy)
     if (p / BUNDLE_FILE).is_file():
         return p
-    shipped = policy_dir() / policy
-    if (shipped / BUNDLE_FILE).is_file():
-        return shipped
     if p.exists():
         raise InputError("--policy", policy, hint=f"the folder has no {BUNDLE_FILE}")
+    release = release_bundle(policy)
+    if release is not None:
+        return policy_dir() / release
     raise InputError("--policy", policy, list_bundles(), hint="not a bundle name or folder")
 
 
@@ -251,10 +255,11 @@ def _head(folder: Path) -> BundleFile:
     return validate_doc(BundleFile, load_yaml(path), path)
 
 
-def _target(folder: Path, policy: str) -> str:
-    """What get_bundle takes for this folder: the shipped name, else the folder."""
-    shipped = policy_dir() / policy
-    return policy if (shipped / BUNDLE_FILE).is_file() and shipped.resolve() == folder.resolve() else str(folder)
+def _target(folder: Path) -> str:
+    """What get_bundle takes for this folder: the shipped name, else the folder's absolute path (a
+    relative "default" would name the shipped bundle, not the local folder)."""
+    shipped = policy_dir() / folder.name
+    return folder.name if (shipped / BUNDLE_FILE).is_file() and shipped.resolve() == folder.resolve() else str(folder.resolve())
 
 
 def heirs(folder: Path) -> list[tuple[str, str]]:
@@ -264,7 +269,7 @@ def heirs(folder: Path) -> list[tuple[str, str]]:
     for sibling in sorted(p for p in folder.parent.iterdir() if (p / BUNDLE_FILE).is_file()):
         if sibling.resolve() == here or _head(sibling).abstract:
             continue
-        target = _target(sibling, sibling.name)
+        target = _target(sibling)
         bundle = get_bundle(target)
         if any(Path(f).resolve().parent == here for f in bundle.files):
             out.append((target, bundle.name))
@@ -280,7 +285,7 @@ def plan(policy: str, extra: Sequence[str] = ()) -> list[RuleTestRun]:
     if not own and not extra_paths:
         raise InputError("--policy", policy,
                          hint=f"{folder / TESTS_DIR} has no *.yaml test files, and no --cases were given")
-    targets = heirs(folder) if head.abstract else [(_target(folder, policy), get_bundle(_target(folder, policy)).name)]
+    targets = heirs(folder) if head.abstract else [(_target(folder), get_bundle(_target(folder)).name)]
     if not targets:
         raise InputError("--policy", policy, hint="an abstract bundle, and no concrete bundle beside it extends it")
     own_cases = tuple(load_files(own))

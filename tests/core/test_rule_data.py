@@ -230,3 +230,19 @@ def test_every_shipped_bundle_passes_its_own_tests() -> None:
     assert result.exit_code == 0, result.output
     last = result.stdout.splitlines()[-1]
     assert last.startswith("ok: ") and last.endswith(" passed, 0 failed")
+
+
+def test_a_shipped_name_means_the_shipped_bundle_even_beside_a_local_folder_of_that_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site(tmp_path, name="default")  # a local folder named like the shipped bundle, with one case file
+    monkeypatch.chdir(tmp_path)
+    shipped = plan("default")
+    assert [r.files for r in shipped] == [tuple(f"rules/policy/default/tests/{p.name}"
+                                                for p in bundle_test_files(policy_dir() / "default"))]
+    [local] = plan("./default")
+    assert local.files == ("default/tests/site.yaml",)  # shown as given
+    assert local.policy == str((tmp_path / "default").resolve())  # what get_bundle must take to mean the folder
+    assert [c.name for c in local.cases] == ["h200-fp8-by-site-rule", "b200-unchanged", "h200-page-size-1-rejected"]
+    result = cli("--policy", "./default")
+    assert result.exit_code == 0, result.output  # the site's rule (fp8 on Hopper) ran, not the shipped default
+    assert result.stdout.splitlines()[-1] == "ok: 3 passed, 0 failed"
