@@ -234,7 +234,19 @@ def test_every_shipped_bundle_passes_its_own_tests() -> None:
 
 def test_a_shipped_name_means_the_shipped_bundle_even_beside_a_local_folder_of_that_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    site(tmp_path, name="default")  # a local folder named like the shipped bundle, with one case file
+    # A local copy of default (it cannot extend `default`: beside itself that name is itself) with the
+    # site's Hopper fp8 rule and the site's case file.
+    import shutil
+
+    local_dir = tmp_path / "default"
+    shutil.copytree(policy_dir() / "default", local_dir)
+    shutil.rmtree(local_dir / "tests")
+    (local_dir / "tests").mkdir()
+    (local_dir / "tests" / "site.yaml").write_text(SITE_TESTS)
+    kv = (local_dir / "20-kv-cache.yaml").read_text()
+    hopper_fp8 = kv.replace("set: {kv_cache_dtype: bfloat16}", "set: {kv_cache_dtype: fp8_e4m3}", 1)
+    assert hopper_fp8 != kv
+    (local_dir / "20-kv-cache.yaml").write_text(hopper_fp8)
     monkeypatch.chdir(tmp_path)
     shipped = plan("default")
     assert [r.files for r in shipped] == [tuple(f"rules/policy/default/tests/{p.name}"
