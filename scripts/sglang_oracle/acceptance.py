@@ -1,0 +1,303 @@
+"""Acceptance of `nsa-policy launch` against sglang's real parsers (issue 10, deliverable 4).
+
+For each release: build launch's final command for a set of scenarios with the project's planner
+(nsa_policy.integration.launch.plan_launch, given the target release when it takes one), parse the
+server part of each command with that release's own parser (run.py → parse_argv.py in the release's
+side environment), and compare:
+
+- the parser accepts the argv;
+- kv_cache_dtype, prefill and decode backend, page size parsed == the decision (sglang maps `bf16`
+  to `bfloat16` itself, so the two spellings are one value);
+- the threshold: the variable this release reads (the one its environ.py declares; a
+  `deprecated_name` alias does not count, the start-up code tests only the canonical name, see
+  SGLANG-RELEASES.md §3.3) carries the decision's value; when the launch leaves it unset the
+  release uses its own default (index_topk; before 0.5.13 GLM-5 on Blackwell gets 0).
+
+    python scripts/sglang_oracle/acceptance.py [--releases 0.5.10,0.5.13,0.5.20,0.5.23] [--write]
+
+--write records benchmarks/results/launch-acceptance.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import inspect
+import itertools
+import json
+import logging
+import platform
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import PARSERS_DIR, REPO, SideEnvs, sorted_releases  # noqa: E402
+
+RELEASES = ("0.5.10", "0.5.13", "0.5.20", "0.5.23")
+DS, GLM = "deepseek-ai/DeepSeek-V3.2", "zai-org/GLM-5"
+DEVICES = ("h200", "b200", "rtx-pro-6000", "mi300x")
+NSA_ENV = "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"
+DSA_ENV = "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"
+PREFIXES = {"launch_server": ["python", "-m", "sglang.launch_server"], "serve": ["sglang", "serve"]}
+_SILENT = logging.getLogger("nsa_policy.acceptance.silent")
+_SILENT.addHandler(logging.NullHandler())
+_SILENT.propagate = False
+RESULTS_JSON = REPO / "benchmarks" / "results" / "launch-acceptance.json"
+RESULTS_MD = REPO / "benchmarks" / "results" / "launch-acceptance.md"
+
+
+class ReleaseFacts:
+    """What the acceptance needs to know about a release, read from its own parser dump."""
+
+    def __init__(self, dump: dict[str, Any]):
+        self.release = dump["release"]
+        self.options = {o: a for a in dump["actions"] for o in a["option_strings"]}
+        names = [v for v in dump["env"]["variables"] if v["name"].endswith("PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD")]
+        if len(names) != 1:
+            raise RuntimeError(f"sglang {self.release}: expected one threshold variable, found {names}")
+        self.threshold_var = names[0]["name"]
+        self.threshold_alias = names[0].get("deprecated_name")
+
+    def has(self, option: str) -> bool:
+        return option in self.options
+
+    @property
+    def backend_prefix(self) -> str:
+        return "--dsa" if self.has("--dsa-prefill-backend") else "--nsa"
+
+    def choices(self, option: str) -> list:
+        return self.options[option]["choices"] or []
+
+
+def load_facts(envs: Optional[SideEnvs], release: str) -> ReleaseFacts:
+    path = PARSERS_DIR / f"{release}.json"
+    if path.is_file():
+        return ReleaseFacts(json.loads(path.read_text()))
+    if envs is None:
+        raise RuntimeError(f"no parser dump for sglang {release} at {path} and no side environments")
+    return ReleaseFacts(envs.dump(release))
+
+
+def scenarios(facts: ReleaseFacts) -> list[dict[str, Any]]:
+    """Inputs a user would write for this release (spelled as this release accepts them)."""
+    pre = facts.backend_prefix
+    parallel = {"tp8": ["--tp-size", "8"],
+                "tp8-dp8-dpattn": ["--tp-size", "8", "--dp-size", "8", "--enable-dp-attention"]}
+    if facts.has("--attn-dp-size"):
+        parallel["tp8-attn-dp8"] = ["--tp-size", "8", "--attn-dp-size", "8"]
+    kvs = {"kv-unset": [], "kv-auto": ["--kv-cache-dtype", "auto"], "kv-bf16": ["--kv-cache-dtype", "bf16"],
+           "kv-fp8": ["--kv-cache-dtype", "fp8_e4m3"]}
+    out: list[dict[str, Any]] = []
+    n = itertools.count()
+    for device, model, (kv_name, kv), (par_name, par) in itertools.product(DEVICES, (DS, GLM), kvs.items(),
+                                                                          parallel.items()):
+        prefix = "serve" if next(n) % 2 else "launch_server"
+        out.append({"id": f"{device}/{model.split('/')[1]}/{kv_name}/{par_name}", "device": device, "model": model,
+                    "prefix": prefix, "args": ["--model-path", model, *par, *kv], "env": {}})
+    # the threshold given through the environment, under each generation's name
+    for device, model, var in itertools.product(DEVICES, (DS, GLM), (NSA_ENV, DSA_ENV)):
+        out.append({"id": f"{device}/{model.split('/')[1]}/env-{var.split('_')[1].lower()}-4096", "device": device,
+                    "model": model, "prefix": "launch_server", "args": ["--model-path", model, "--tp-size", "8"],
+                    "env": {var: "4096"}})
+    # explicit backends, spelled as the release spells them
+    explicit = [
+        ("h200", DS, ["--kv-cache-dtype", "fp8_e4m3", f"{pre}-decode-backend", "flashmla_kv"], "fp8-decode-flashmla_kv"),
+        ("h200", GLM, ["--kv-cache-dtype", "bf16", f"{pre}-prefill-backend", "flashmla_sparse"], "bf16-prefill-sparse"),
+        ("b200", DS, ["--kv-cache-dtype", "fp8_e4m3", f"{pre}-prefill-backend", "trtllm",
+                      f"{pre}-decode-backend", "trtllm"], "fp8-trtllm-both"),
+        ("b200", DS, ["--kv-cache-dtype", "bf16", f"{pre}-decode-backend", "trtllm"], "bf16-decode-trtllm"),
+        ("b200", GLM, [f"{pre}-decode-backend=trtllm"], "decode-trtllm-inline"),
+        ("mi300x", DS, [f"{pre}-prefill-backend", "tilelang"], "prefill-tilelang"),
+        ("rtx-pro-6000", GLM, ["--kv-cache-dtype", "fp8_e4m3", "--page-size", "64"], "fp8-page64"),
+    ]
+    for device, model, args, name in explicit:
+        out.append({"id": f"{device}/{model.split('/')[1]}/{name}", "device": device, "model": model,
+                    "prefix": "serve", "args": ["--model-path", model, "--tp-size", "8", *args], "env": {}})
+    return out
+
+
+def planner_signature() -> dict[str, Any]:
+    from nsa_policy.integration.launch import plan_launch
+
+    params = inspect.signature(plan_launch).parameters
+    return {"version_param": next((p for p in ("sglang_version", "release", "target_release") if p in params), None),
+            "params": list(params)}
+
+
+def plan(scenario: dict[str, Any], release: str, version_param: Optional[str]) -> dict[str, Any]:
+    from nsa_policy.errors import PolicyError
+    from nsa_policy.integration.launch import plan_launch
+
+    command = PREFIXES[scenario["prefix"]] + scenario["args"]
+    kwargs: dict[str, Any] = {"device": scenario["device"], "env": dict(scenario["env"]),
+                              "logger": _SILENT}
+    if version_param:
+        kwargs[version_param] = release
+    try:
+        p = plan_launch(command, **kwargs)
+    except PolicyError as e:  # the policy refused the configuration: no command to start
+        return {"rejected": str(e).splitlines()[0]}
+    d = p.decision
+    return {"argv": list(p.argv), "server_argv": list(p.argv)[len(PREFIXES[scenario["prefix"]]):],
+            "env_additions": dict(p.env_additions), "shell_line": p.shell_line(),
+            "decision": {"kv_cache_dtype": d.kv_cache_dtype, "prefill_backend": d.prefill_backend,
+                         "decode_backend": d.decode_backend, "page_size": d.page_size,
+                         "threshold": d.dense_attn_kv_len_threshold, "index_topk": d.index_topk,
+                         "device_class": d.device_class, "architecture": d.architecture}}
+
+
+def _norm_kv(v: Any) -> Any:
+    return "bfloat16" if v == "bf16" else v
+
+
+def _major(device_class: Optional[str]) -> Optional[int]:
+    m = re.fullmatch(r"sm(\d+)", device_class or "")
+    return int(m.group(1)) // 10 if m else None
+
+
+def release_threshold(facts: ReleaseFacts, env: dict[str, str], decision: dict[str, Any]) -> tuple[Any, str]:
+    """The dense-attention threshold this release will run with, and why."""
+    old_release = facts.threshold_var.startswith("SGLANG_NSA_")
+    if old_release and decision["architecture"] == "GlmMoeDsaForCausalLM" and _major(decision["device_class"]) in (
+            10, 11, 12):
+        return 0, "GLM-5 on Blackwell: this release forces 0 (is_blackwell_supported)"
+    if facts.threshold_var in env:
+        return int(env[facts.threshold_var]), f"{facts.threshold_var}={env[facts.threshold_var]}"
+    ignored = [k for k in (NSA_ENV, DSA_ENV) if k in env and k != facts.threshold_var]
+    why = f"{facts.threshold_var} unset: index_topk"
+    if ignored:
+        why += f" ({', '.join(ignored)} is not read by this release)"
+    return decision["index_topk"], why
+
+
+def compare(facts: ReleaseFacts, scenario: dict[str, Any], planned: dict[str, Any],
+            parsed: dict[str, Any]) -> dict[str, Any]:
+    rec = {"id": scenario["id"], "command": planned["shell_line"], "accepted": parsed["accepted"],
+           "parser_error": parsed["error"], "parser_messages": parsed["messages"], "mismatches": []}
+    if not parsed["accepted"]:
+        return rec
+    v, d = parsed["values"], planned["decision"]
+    got = {"kv_cache_dtype": _norm_kv(v.get("kv_cache_dtype")),
+           "prefill_backend": v.get("dsa_prefill_backend", v.get("nsa_prefill_backend")),
+           "decode_backend": v.get("dsa_decode_backend", v.get("nsa_decode_backend")),
+           "page_size": v.get("page_size")}
+    env = {**scenario["env"], **planned["env_additions"]}
+    got["threshold"], rec["threshold_source"] = release_threshold(facts, env, d)
+    want = {k: (_norm_kv(d[k]) if k == "kv_cache_dtype" else d[k]) for k in got}
+    rec["parsed"] = got
+    rec["mismatches"] = [f"{k}: release {got[k]!r} != decision {want[k]!r}" for k in got if got[k] != want[k]]
+    return rec
+
+
+def run_release(envs: SideEnvs, release: str, version_param: Optional[str]) -> dict[str, Any]:
+    facts = load_facts(envs, release)
+    items = scenarios(facts)
+    t0 = time.perf_counter()
+    planned = [plan(s, release, version_param) for s in items]
+    t_plan = time.perf_counter() - t0
+    to_parse = [(s, p) for s, p in zip(items, planned) if "argv" in p]
+    t0 = time.perf_counter()
+    parsed = envs.parse(release, [p["server_argv"] for _, p in to_parse])
+    t_parse = time.perf_counter() - t0
+    records = [compare(facts, s, p, r) for (s, p), r in zip(to_parse, parsed)]
+    rejected = [{"id": s["id"], "reason": p["rejected"]} for s, p in zip(items, planned) if "rejected" in p]
+    failures = [r for r in records if not r["accepted"] or r["mismatches"]]
+    return {"release": release, "threshold_var": facts.threshold_var, "scenarios": len(items),
+            "rejected_by_policy": len(rejected), "parsed": len(records),
+            "accepted": sum(r["accepted"] for r in records),
+            "agreeing": sum(r["accepted"] and not r["mismatches"] for r in records),
+            "seconds": {"plan": round(t_plan, 2), "parse": round(t_parse, 2)},
+            "failures": failures, "policy_rejections": rejected, "records": records}
+
+
+def machine() -> dict[str, Any]:
+    def sh(cmd: str) -> str:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+
+    return {"host": socket.gethostname(), "cpu": sh("nproc") + " cores", "os": platform.platform(),
+            "python": platform.python_version(), "git_head": sh(f"git -C {REPO} rev-parse --short HEAD")}
+
+
+def run(releases: list[str], envs: SideEnvs) -> dict[str, Any]:
+    sig = planner_signature()
+    return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+            "planner": {"function": "nsa_policy.integration.launch.plan_launch", **sig},
+            "releases": [run_release(envs, r, sig["version_param"]) for r in releases]}
+
+
+def markdown(result: dict[str, Any], history: list[str]) -> str:
+    lines = ["# `nsa-policy launch` against sglang's real parsers", "",
+             "Generated by `python scripts/sglang_oracle/acceptance.py --write` (issue 10, deliverable 4).",
+             "Each scenario's final command is built by `plan_launch` and its server argv parsed by that release's "
+             "own parser (sglang==X installed without dependencies in a side environment; "
+             "scripts/sglang_oracle/README.md). A scenario agrees when the parser accepts the argv and the parsed "
+             "kv dtype, both backends and page size, and the threshold read from the variable the release reads, "
+             "equal the decision.", "",
+             f"Run: {result['date']} on {result['machine']['host']} ({result['machine']['cpu']}, "
+             f"{result['machine']['os']}), git {result['machine']['git_head']}. Planner: "
+             f"`plan_launch` with {'`' + result['planner']['version_param'] + '`' if result['planner']['version_param'] else 'no release parameter (not version-aware)'}.",
+             "", "| release | threshold variable read | scenarios | refused by the policy | parsed | accepted | agreeing |",
+             "|---|---|---|---|---|---|---|"]
+    for r in result["releases"]:
+        lines.append(f"| {r['release']} | `{r['threshold_var']}` | {r['scenarios']} | {r['rejected_by_policy']} | "
+                     f"{r['parsed']} | {r['accepted']} | {r['agreeing']} |")
+    for r in result["releases"]:
+        lines += ["", f"## {r['release']}: {len(r['failures'])} failing", ""]
+        if not r["failures"]:
+            lines.append("Every parsed scenario accepted and agreeing.")
+            continue
+        reasons: dict[str, list[str]] = {}
+        for f in r["failures"]:
+            key = f"parser error: {f['parser_error']}" if not f["accepted"] else "; ".join(
+                re.sub(r"'[^']*'|\d+", "…", m) for m in f["mismatches"])
+            reasons.setdefault(key, []).append(f["id"])
+        lines.append("| failure | scenarios | example |")
+        lines.append("|---|---|---|")
+        for key, ids in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+            ex = next(f for f in r["failures"] if f["id"] == ids[0])
+            detail = ex["parser_error"] if not ex["accepted"] else "; ".join(ex["mismatches"])
+            lines.append(f"| {key.replace('|', '/')} | {len(ids)} | `{ids[0]}`: `{ex['command']}` → {detail} |")
+    if history:
+        lines += ["", "## History", ""] + history
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--releases", default=",".join(RELEASES))
+    ap.add_argument("--write", action="store_true", help="record benchmarks/results/launch-acceptance.{json,md}")
+    ap.add_argument("--history", default="", help="a line appended to the History section (e.g. 'before')")
+    args = ap.parse_args(argv)
+    envs = SideEnvs.find()
+    if envs is None:
+        print("no side environments: run scripts/sglang_oracle/build_envs.sh", file=sys.stderr)
+        return 2
+    releases = sorted_releases(r for r in args.releases.split(",") if r)
+    result = run(releases, envs)
+    for r in result["releases"]:
+        print(f"{r['release']}: {r['scenarios']} scenarios, {r['rejected_by_policy']} refused by the policy, "
+              f"{r['parsed']} parsed, {r['accepted']} accepted, {r['agreeing']} agreeing "
+              f"(plan {r['seconds']['plan']} s, parse {r['seconds']['parse']} s)")
+    if args.write:
+        history: list[str] = []
+        if RESULTS_JSON.is_file():
+            old = json.loads(RESULTS_JSON.read_text())
+            history = old.get("history", [])
+        summary = ", ".join(f"{r['release']} {r['agreeing']}/{r['parsed']}" for r in result["releases"])
+        history.append(f"- {result['date']} (git {result['machine']['git_head']}, version param "
+                       f"{result['planner']['version_param']}): agreeing/parsed {summary}"
+                       + (f" — {args.history}" if args.history else ""))
+        result["history"] = history
+        RESULTS_JSON.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        RESULTS_MD.write_text(markdown(result, history))
+        print(f"wrote {RESULTS_JSON.relative_to(REPO)} and {RESULTS_MD.relative_to(REPO)}")
+    return 0 if all(r["agreeing"] == r["parsed"] for r in result["releases"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

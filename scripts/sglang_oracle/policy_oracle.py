@@ -1,0 +1,234 @@
+"""sglang 0.5.23's own DSA start-up decisions, device emulated (issue 11, deliverable 3).
+
+Runs INSIDE the 0.5.23 side environment (run.py: `SideEnvs.run_script("0.5.23", "policy_oracle.py", ...)`):
+
+    PYTHONPATH=/work/sgenv/pkgs/0.5.23:/work/sgenv/stubs /work/sgenv/venv-t5.19/bin/python \
+        scripts/sglang_oracle/policy_oracle.py < grid.jsonl > answers.jsonl
+
+Per input, the real pipeline the server runs: the server parser (as `prepare_server_args` builds it)
+→ `ServerArgs.from_cli_args` → `resolve_once()` → `check_server_args()`, answers read back with
+`overrides.resolution_result`; the threshold is what the model hook leaves in
+SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD. The model is a written config.json that sglang's
+own ModelConfig loads. Only platform probes are patched:
+
+- `runtime_context.override_platform(...)` for every platform fact (is_cuda/is_hip/…, sm checks,
+  device_sm, device_capability);
+- `torch.cuda.{is_available, get_device_capability, device_count, get_device_name,
+  get_device_properties, mem_get_info}` for the direct callers (not `torch.version.cuda/hip`: with
+  those set, import-time kernel probes try to load sgl_kernel/aiter, which a CPU machine lacks);
+- on ROCm, `layers.attention.dsa.utils.aiter_can_use_preshuffle_paged_mqa` (the input's
+  "preshuffle"), which otherwise reads aiter/triton on this machine;
+- the lru caches of sglang's probes are cleared whenever the emulated device changes.
+Limit: `is_cuda()`/`is_hip()` called directly (they read torch.version), and module-level constants
+computed at import (`_is_hip = is_hip()`), keep the CPU machine's answer (False); the DSA passes read the platform through `get_platform()` (SGLANG-RELEASES §5.1).
+
+Input line: {"id", "device": sm80|sm90|sm100|sm103|sm120|sm121|gfx942|gfx950, "preshuffle": bool,
+"model": ds32|glm5|ds3|hyv4 (a base config) , "config": {overrides of the base config},
+"argv": [server flags; --model-path is added], "env": {variables set for this input}}.
+Output line: {"id", "ok", "stage", "kv_cache_dtype", "prefill_backend", "decode_backend", "page_size",
+"attention_backend", "threshold", "error", "ms"}.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from types import SimpleNamespace
+from unittest import mock
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _inrelease import build_parser, captured_stderr, quiet_imports, release  # noqa: E402
+
+GB = 1 << 30
+# device class -> (capability, name, memory, HIP)
+DEVICES = {
+    "sm80": ((8, 0), "NVIDIA A100-SXM4-80GB", 80 * GB, False),
+    "sm90": ((9, 0), "NVIDIA H200", 141 * GB, False),
+    "sm100": ((10, 0), "NVIDIA B200", 180 * GB, False),
+    "sm103": ((10, 3), "NVIDIA B300 SXM6 AC", 288 * GB, False),
+    "sm120": ((12, 0), "NVIDIA RTX PRO 6000 Blackwell Server Edition", 96 * GB, False),
+    "sm121": ((12, 1), "NVIDIA GB10", 128 * GB, False),
+    "gfx942": ((9, 4), "AMD Instinct MI300X", 192 * GB, True),
+    "gfx950": ((9, 5), "AMD Instinct MI355X", 288 * GB, True),
+}
+THRESHOLD_VAR = "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"
+# Variables an input may set; all are cleared before each input so inputs do not leak into each other.
+INPUT_ENV = (THRESHOLD_VAR, "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", "SGLANG_USE_AITER",
+             "SGLANG_DSA_HIP_DISABLE_PRESHUFFLE", "AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS")
+
+_YARN = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+         "mscale": 1.0, "mscale_all_dim": 1.0}
+BASES = {
+    # DeepSeek-V3.2 as published (model_type deepseek_v32, fp8 block-quantized weights)
+    "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "vocab_size": 129280,
+             "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+             "num_hidden_layers": 61, "num_nextn_predict_layers": 1, "num_attention_heads": 128,
+             "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+             "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+             "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 8, "topk_group": 4,
+             "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
+             "scoring_func": "sigmoid", "hidden_act": "silu", "max_position_embeddings": 163840,
+             "rms_norm_eps": 1e-06, "rope_theta": 10000, "tie_word_embeddings": False, "rope_scaling": _YARN,
+             "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64, "torch_dtype": "bfloat16",
+             "bos_token_id": 0, "eos_token_id": 1,
+             "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                     "weight_block_size": [128, 128]}},
+    # GLM-5 (transformers' GlmMoeDsaConfig defaults are GLM-5's shapes)
+    "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "index_topk": 2048,
+             "num_attention_heads": 64, "num_key_value_heads": 64, "torch_dtype": "bfloat16"},
+    # DeepSeek-V3 (not DSA: no index_topk)
+    "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 129280,
+            "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+            "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+            "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+            "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8,
+            "first_k_dense_replace": 3, "max_position_embeddings": 163840, "rope_scaling": _YARN,
+            "torch_dtype": "bfloat16", "topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+    # a learnable-sink DSA model (sglang's own HYV4Config defaults)
+    "hyv4": {"architectures": ["HYV4ForCausalLM"], "model_type": "hy_v4", "torch_dtype": "bfloat16"},
+}
+FIELDS = ("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend", "page_size", "attention_backend")
+
+
+class ConfigDirs:
+    """One directory with a config.json per distinct model config (written once)."""
+
+    def __init__(self) -> None:
+        self.root = tempfile.mkdtemp(prefix="sglang-oracle-")
+        self.dirs: dict[str, str] = {}
+
+    def get(self, base: str, overrides: dict) -> str:
+        if base not in BASES:
+            raise ValueError(f"model {base!r}: not one of {sorted(BASES)}")
+        cfg = {**BASES[base], **overrides}
+        text = json.dumps(cfg, sort_keys=True)
+        key = hashlib.sha1(text.encode()).hexdigest()[:12]
+        if key not in self.dirs:
+            d = os.path.join(self.root, f"{base}-{key}")
+            os.makedirs(d)
+            with open(os.path.join(d, "config.json"), "w") as f:
+                f.write(text)
+            self.dirs[key] = d
+        return self.dirs[key]
+
+
+def platform_facts(device: str) -> dict:
+    (major, minor), _, _, hip = DEVICES[device]
+    cuda = not hip
+    return {"is_cuda": cuda, "is_hip": hip, "is_npu": False, "is_xpu": False, "is_musa": False, "is_mps": False,
+            "is_sm90": cuda and major == 9, "is_sm100": cuda and major == 10,
+            "is_sm100_or_sm110": cuda and major in (10, 11), "is_sm110": cuda and major == 11,
+            "is_sm120": cuda and major == 12, "is_blackwell": cuda and major in (10, 11, 12),
+            "is_hopper_with_cuda_12_3": cuda and major == 9, "has_amx": False, "has_flashinfer": cuda,
+            "device_sm": major * 10 + minor, "device_capability": (major, minor)}
+
+
+def clear_probe_caches() -> None:
+    """sglang's probes are lru_cached; a new emulated device must not see the previous one's answers."""
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("sglang.srt.utils") and name != "sglang.srt.runtime_context":
+            continue
+        for value in list(vars(mod).values()):
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear):
+                clear()
+
+
+@contextlib.contextmanager
+def emulated(device: str, preshuffle: bool):
+    import torch
+    from sglang.srt.runtime_context import override_platform
+
+    cap, name, mem, hip = DEVICES[device]
+    props = SimpleNamespace(total_memory=mem, name=name, major=cap[0], minor=cap[1], multi_processor_count=132,
+                            gcnArchName=device if hip else "", L2_cache_size=50 << 20, warp_size=64 if hip else 32)
+    patches = [
+        mock.patch("torch.cuda.is_available", return_value=True),
+        mock.patch("torch.cuda.get_device_capability", return_value=cap),
+        mock.patch("torch.cuda.device_count", return_value=8),
+        mock.patch("torch.cuda.get_device_name", return_value=name),
+        mock.patch("torch.cuda.get_device_properties", return_value=props),
+        mock.patch("torch.cuda.mem_get_info", return_value=(mem, mem)),
+    ]
+    if hip:
+        patches.append(mock.patch("sglang.srt.layers.attention.dsa.utils.aiter_can_use_preshuffle_paged_mqa",
+                                  return_value=bool(preshuffle)))
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        stack.enter_context(override_platform(**platform_facts(device)))
+        yield
+
+
+def _error(exc: BaseException) -> dict:
+    msg = " ".join(str(exc).split())
+    return {"type": type(exc).__name__, "message": msg[:600]}
+
+
+def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
+    from sglang.srt.arg_groups.overrides import resolution_result
+    from sglang.srt.server_args import ServerArgs
+
+    out: dict = {"id": item.get("id")}
+    for k in INPUT_ENV:
+        os.environ.pop(k, None)
+    os.environ.update({k: str(v) for k, v in (item.get("env") or {}).items()})
+    t0 = time.perf_counter()
+    stage = "parse"
+    try:
+        path = configs.get(item.get("model", "ds32"), item.get("config") or {})
+        argv = ["--model-path", path, *item.get("argv", [])]
+        with captured_stderr() as err:
+            try:
+                ns = parser.parse_args(argv)
+            except SystemExit:
+                lines = [ln for ln in err.getvalue().splitlines() if ": error: " in ln]
+                raise ValueError("argparse: " + (lines[-1].split(": error: ", 1)[1] if lines else "exit")) from None
+        with emulated(item["device"], item.get("preshuffle", False)):
+            stage = "from_cli_args"
+            sa = ServerArgs.from_cli_args(ns)
+            stage = "resolve_once"
+            sa.resolve_once()
+            stage = "check_server_args"
+            sa.check_server_args()
+        values = {f: resolution_result(sa, f) for f in FIELDS}
+        thr = os.environ.get(THRESHOLD_VAR)
+        out.update(ok=True, stage="done", kv_cache_dtype=values["kv_cache_dtype"],
+                   prefill_backend=values["dsa_prefill_backend"], decode_backend=values["dsa_decode_backend"],
+                   page_size=values["page_size"], attention_backend=values["attention_backend"],
+                   threshold=int(thr) if thr not in (None, "None") else None, error=None)
+    except Exception as exc:  # the release refused the configuration (or the harness failed: see stage)
+        out.update(ok=False, stage=stage, kv_cache_dtype=None, prefill_backend=None, decode_backend=None,
+                   page_size=None, attention_backend=None, threshold=None, error=_error(exc))
+    out["ms"] = round((time.perf_counter() - t0) * 1000, 2)
+    return out
+
+
+def main() -> None:
+    quiet_imports()
+    parser = build_parser()
+    configs = ConfigDirs()
+    rel = release()
+    items = [json.loads(line) for line in sys.stdin if line.strip()]
+    last_device = None
+    for item in items:
+        if item.get("device") not in DEVICES:
+            res = {"id": item.get("id"), "ok": False, "stage": "input",
+                   "error": {"type": "InputError", "message": f"device {item.get('device')!r}: not one of "
+                                                               f"{sorted(DEVICES)}"}, "ms": 0.0}
+        else:
+            if item["device"] != last_device:
+                clear_probe_caches()
+                last_device = item["device"]
+            res = run_one(parser, configs, item)
+        res["release"] = rel
+        sys.stdout.write(json.dumps(res, sort_keys=True) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

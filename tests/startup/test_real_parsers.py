@@ -1,0 +1,62 @@
+"""`nsa-policy launch` output parsed by sglang's REAL parsers (issue 10, deliverable 4). Opt-in.
+
+Runs when NSA_POLICY_SGLANG_ENVS points at side environments built by
+scripts/sglang_oracle/build_envs.sh (e.g. NSA_POLICY_SGLANG_ENVS=/work/sgenv); skipped otherwise.
+The releases are NSA_POLICY_SGLANG_RELEASES (comma-separated), default 0.5.10,0.5.13,0.5.20,0.5.23.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ORACLE = Path(__file__).resolve().parents[2] / "scripts" / "sglang_oracle"
+ROOT = os.environ.get("NSA_POLICY_SGLANG_ENVS")
+
+pytestmark = pytest.mark.skipif(
+    not ROOT or not (Path(ROOT) / "envs.json").is_file(),
+    reason="opt-in: set NSA_POLICY_SGLANG_ENVS to the side environments built by "
+           "scripts/sglang_oracle/build_envs.sh (e.g. /work/sgenv)")
+
+RELEASES = [r for r in os.environ.get("NSA_POLICY_SGLANG_RELEASES", "0.5.10,0.5.13,0.5.20,0.5.23").split(",") if r]
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    sys.path.insert(0, str(ORACLE))
+    try:
+        import acceptance
+        import run
+    finally:
+        sys.path.remove(str(ORACLE))
+    envs = run.SideEnvs.find(ROOT)
+    missing = [r for r in RELEASES if r not in envs.releases]
+    if missing:
+        pytest.skip(f"no side environment for sglang {', '.join(missing)} under {ROOT}")
+    return run, acceptance, envs
+
+
+def test_the_real_parser_refuses_what_the_release_removed(oracle) -> None:
+    """The harness itself: the parser answers with argparse's own error, and accepts the canonical spelling."""
+    run, _, envs = oracle
+    if "0.5.23" not in envs.releases:
+        pytest.skip("needs sglang 0.5.23")
+    old, new = envs.parse("0.5.23", [["--model-path", "m", "--nsa-prefill-backend", "trtllm"],
+                                     ["--model-path", "m", "--dsa-prefill-backend", "trtllm"]])
+    assert not old["accepted"] and old["exit_code"] == 2
+    assert "unrecognized arguments: --nsa-prefill-backend" in old["error"]
+    assert new["accepted"] and new["values"]["dsa_prefill_backend"] == "trtllm"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_launch_argv_is_accepted_and_agrees_with_the_decision(oracle, release: str) -> None:
+    _, acceptance, envs = oracle
+    sig = acceptance.planner_signature()
+    result = acceptance.run_release(envs, release, sig["version_param"])
+    assert result["parsed"] > 0
+    problems = [f"{f['id']}: {f['parser_error'] or '; '.join(f['mismatches'])}\n    {f['command']}"
+                for f in result["failures"]]
+    assert not problems, f"sglang {release}: {len(problems)} of {result['parsed']} scenarios fail:\n" + "\n".join(
+        problems[:20])
