@@ -13,11 +13,11 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nsa_policy.errors import InputError, RuleFileError
-from nsa_policy.engine.facts import DeviceFacts, ModelFacts
 from nsa_policy.catalog.paths import catalog_dir
+from nsa_policy.engine.facts import DeviceFacts, ModelFacts
 from nsa_policy.engine.schema_load import load_doc
 from nsa_policy.engine.yaml_lines import line_of
+from nsa_policy.errors import InputError, RuleFileError
 
 KV_DTYPES = ("bfloat16", "fp8_e4m3")
 PHASES = ("prefill", "decode")
@@ -137,7 +137,7 @@ class Capability(_Spec):
         return self.status != "unsupported"
 
 
-def _version_tuple(text: str) -> tuple:
+def _version_tuple(text: str) -> tuple[int, ...]:
     parts = []
     for piece in text.replace("-", ".").split("."):
         digits = "".join(ch for ch in piece if ch.isdigit())
@@ -170,9 +170,9 @@ class Catalog:
                             ev = tuple(cell.evidence or spec.evidence)
                             self._cells[(name, dev, kv, phase)] = Capability(status=cell.status, reason=reason, evidence=ev)
         self._devices: dict[str, DeviceFacts] = {}
-        for cls, spec in self.device_doc.classes.items():
-            self._devices[cls] = DeviceFacts(name=cls, device_class=cls, vendor=spec.vendor,
-                                             compute_capability=spec.compute_capability, source="capability")
+        for cls, cls_spec in self.device_doc.classes.items():
+            self._devices[cls] = DeviceFacts(name=cls, device_class=cls, vendor=cls_spec.vendor,
+                                             compute_capability=cls_spec.compute_capability, source="capability")
         for name, entry in self.device_doc.devices.items():
             cls_spec = self.device_doc.classes[entry.device_class]
             self._devices[name] = DeviceFacts(
@@ -189,7 +189,7 @@ class Catalog:
         classes = self.device_doc.classes
         valid = ", ".join(classes)
 
-        def bad(path: Path, data: Any, loc: list, value: str) -> RuleFileError:
+        def bad(path: Path, data: Any, loc: list[Any], value: str) -> RuleFileError:
             where = ".".join(str(p) for p in loc)
             return RuleFileError(str(path), line_of(data, loc),
                                  f"{where}: {value!r} is not a device class of devices.yaml; valid: {valid}")
@@ -355,7 +355,10 @@ class Catalog:
         choice = spec.sglang_choice if spec else None
         if choice is None:
             return None
-        return choice.per_phase.get(phase, choice.since)  # type: ignore[call-overload]
+        for flag_phase, release in choice.per_phase.items():
+            if flag_phase == phase:
+                return release
+        return choice.since
 
     def sglang_lists(self, backend: str, phase: str, release: str) -> bool:
         """Does sglang `release` accept `backend` for `phase` (--nsa/--dsa-`phase`-backend choices)?"""

@@ -1,19 +1,19 @@
 """The facts a decision is made from: device, model, serving configuration, and what follows from them."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Vendor = Literal["nvidia", "amd", "cpu"]
 
 
-def _catalog_enum(what: str):
+def _catalog_enum(what: str) -> Callable[[dict[str, Any]], None]:
     """JSON-schema hook: list the loaded catalog's device classes or model families.
 
     The catalog (rules/catalog/) is the one owner of these names, so the types here are plain
     strings; inputs are checked against the loaded catalog (Catalog.check_device/check_model)."""
-    def extra(schema: dict) -> None:
+    def extra(schema: dict[str, Any]) -> None:
         from nsa_policy.catalog.store import load_catalog  # lazy: the catalog imports this module
 
         cat = load_catalog()

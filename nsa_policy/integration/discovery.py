@@ -6,8 +6,8 @@ import sys
 from typing import Any, Callable, Optional
 
 from nsa_policy.catalog.store import Catalog
-from nsa_policy.errors import DeviceDiscoveryError
 from nsa_policy.engine.facts import DeviceFacts
+from nsa_policy.errors import DeviceDiscoveryError
 
 
 def _choices(catalog: Catalog) -> str:
@@ -18,7 +18,7 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def facts_from_nvml_reading(reading: dict, catalog: Catalog) -> DeviceFacts:
+def facts_from_nvml_reading(reading: dict[str, Any], catalog: Catalog) -> DeviceFacts:
     """Turn what NVML reported (name, compute capability, memory, SM count) into device facts."""
     name = reading["name"]
     major, minor = reading["compute_capability"]
@@ -36,11 +36,11 @@ def facts_from_nvml_reading(reading: dict, catalog: Catalog) -> DeviceFacts:
         sm_count=reading.get("sm_count") or (base.sm_count if base else None), source=reading.get("source", "nvml"))
 
 
-def read_nvml(nvml: Any = None, index: int = 0) -> dict:
+def read_nvml(nvml: Any = None, index: int = 0) -> dict[str, Any]:
     """Read GPU `index` through NVML. Raises DeviceDiscoveryError with the reason when NVML is unusable."""
     if nvml is None:
         try:
-            import pynvml as nvml  # provided by nvidia-ml-py
+            import pynvml as nvml  # type: ignore[no-redef]  # provided by nvidia-ml-py
         except ImportError as exc:
             raise DeviceDiscoveryError(f"NVML bindings missing (pip install nvidia-ml-py): {exc}") from None
     try:
@@ -77,7 +77,7 @@ def read_nvml(nvml: Any = None, index: int = 0) -> dict:
             pass
 
 
-def read_torch() -> Optional[dict]:
+def read_torch() -> Optional[dict[str, Any]]:
     """Only when torch is installed already (never installed or imported on the NVML path)."""
     if importlib.util.find_spec("torch") is None:
         return None
@@ -92,7 +92,7 @@ def read_torch() -> Optional[dict]:
             "hip": bool(hip), "gcn_arch": getattr(props, "gcnArchName", None), "source": "torch"}
 
 
-def _facts_from_torch(reading: dict, catalog: Catalog) -> DeviceFacts:
+def _facts_from_torch(reading: dict[str, Any], catalog: Catalog) -> DeviceFacts:
     if reading.get("hip"):
         arch = (reading.get("gcn_arch") or "").split(":")[0]
         cls = catalog.vendor_class(arch, "amd")  # ROCm classes are named by their gfx arch
@@ -107,7 +107,8 @@ def _facts_from_torch(reading: dict, catalog: Catalog) -> DeviceFacts:
     return facts_from_nvml_reading(reading, catalog)
 
 
-def discover(catalog: Catalog, *, nvml: Any = None, torch_reader: Callable[[], Optional[dict]] = read_torch) -> DeviceFacts:
+def discover(catalog: Catalog, *, nvml: Any = None,
+             torch_reader: Callable[[], Optional[dict[str, Any]]] = read_torch) -> DeviceFacts:
     try:
         return facts_from_nvml_reading(read_nvml(nvml), catalog)
     except DeviceDiscoveryError as nvml_error:
