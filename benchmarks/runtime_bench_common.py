@@ -84,3 +84,27 @@ def decision(**kw):
                 heads_per_rank=None, runtime=None, errors=[])
     base.update(kw)
     return types.SimpleNamespace(**base)
+
+
+def load_sglang_transforms(wheel_dir: str = ".whl"):
+    """sglang 0.5.23's own transform module, read out of the sglang wheel at run time and loaded
+    by path (not vendored, not re-implemented): `sglang/kernels/ops/attention/dsa/transform_index.py`.
+    The wheel is cp311; only this pure-Python Triton file is needed, so it is not installed."""
+    import glob
+    import importlib.util
+    import tempfile
+    import zipfile
+
+    wheels = sorted(glob.glob(str(ROOT / wheel_dir / "sglang-0.5.23-*.whl")))
+    if not wheels:
+        raise FileNotFoundError(f"no sglang-0.5.23 wheel under {ROOT / wheel_dir} "
+                                f"(pip download --no-deps sglang==0.5.23 -d {wheel_dir})")
+    member = "sglang/kernels/ops/attention/dsa/transform_index.py"
+    target = pathlib.Path(tempfile.mkdtemp(prefix="sglang0523_")) / "transform_index.py"
+    with zipfile.ZipFile(wheels[0]) as z:
+        target.write_bytes(z.read(member))
+    spec = importlib.util.spec_from_file_location("sglang_0523_transform_index", target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.__wheel__ = pathlib.Path(wheels[0]).name
+    return module

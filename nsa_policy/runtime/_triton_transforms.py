@@ -62,7 +62,7 @@ def _lookup_slots(page_table_ptr, pt_row_ptr_offset, idx, ok, PAGE_SIZE: tl.cons
 
 
 @triton.jit
-def _transform_kernel(
+def _transform_body(
     topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
     num_reqs, K, row_len,
     RAGGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
@@ -77,6 +77,45 @@ def _transform_kernel(
     slot, ok = _lookup_slots(page_table_ptr, req.to(tl.int64) * pt_stride, idx, ok, PAGE_SIZE)
     slot = tl.where(ok, slot, -1)
     tl.store(out_ptr + t.to(tl.int64) * out_stride + cols, slot.to(tl.int32), mask=in_k)
+
+
+@triton.jit
+def _transform_kernel(
+    topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
+    num_reqs, K, row_len,
+    RAGGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
+    VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+):
+    _transform_body(topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
+                    num_reqs, K, row_len, RAGGED, PAGE_SIZE, BLOCK, VECTOR_BLOCK, SEARCH_STEPS)
+
+
+# The same kernel taking raw device addresses (ints): Triton's launcher then reads plain integers
+# instead of resolving and checking each tensor argument with the driver, which is most of an
+# eager call's host time (measured on the H200, benchmarks/results/runtime_h200_run5/).
+@triton.jit(do_not_specialize=["num_reqs", "row_len"])
+def _transform_kernel_addr(
+    topk_addr, topk_stride, pt_addr, pt_stride, cu_addr, out_addr, out_stride,
+    num_reqs, K, row_len,
+    RAGGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
+    VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    TOPK_I64: tl.constexpr, PT_I64: tl.constexpr, CU_I64: tl.constexpr,
+):
+    if TOPK_I64:
+        topk_ptr = topk_addr.to(tl.pointer_type(tl.int64))
+    else:
+        topk_ptr = topk_addr.to(tl.pointer_type(tl.int32))
+    if PT_I64:
+        pt_ptr = pt_addr.to(tl.pointer_type(tl.int64))
+    else:
+        pt_ptr = pt_addr.to(tl.pointer_type(tl.int32))
+    if CU_I64:
+        cu_ptr = cu_addr.to(tl.pointer_type(tl.int64))
+    else:
+        cu_ptr = cu_addr.to(tl.pointer_type(tl.int32))
+    out_ptr = out_addr.to(tl.pointer_type(tl.int32))
+    _transform_body(topk_ptr, topk_stride, pt_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
+                    num_reqs, K, row_len, RAGGED, PAGE_SIZE, BLOCK, VECTOR_BLOCK, SEARCH_STEPS)
 
 
 @triton.jit
@@ -144,6 +183,19 @@ def _search_params(num_reqs: int) -> tuple[int, int]:
 BLOCK_FOR_K = {2048: (2048, 8)}
 
 
+def _plain_block(k: int, num_rows: int, one_request: bool) -> tuple[int, int]:
+    """K = 2048, measured on the H200 (runtime_h200_run5): whole rows per program, except that
+    few rows (small decode batches) and a single request's rows (its page-table row stays in L2)
+    run faster as more, smaller programs."""
+    if k == 2048:
+        if one_request:
+            return 512, 4
+        if num_rows < 512:
+            return 1024, 8
+        return 2048, 8
+    return _block_for(k)
+
+
 def _block_for(k: int) -> tuple[int, int]:
     if k in BLOCK_FOR_K:
         return BLOCK_FOR_K[k]
@@ -184,25 +236,61 @@ def _launch(kernel, grid: tuple, args: tuple, num_warps: int) -> None:
     compiled.run(gx, gy, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
 
 
+def _spec(x: int) -> int:
+    """Triton's specialisation of an int argument: divisible by 16, equal to 1, 64-bit."""
+    return (x & 15 == 0) | ((x == 1) << 1) | ((not -(1 << 31) <= x < (1 << 31)) << 2)
+
+
+_SEARCH: dict = {}
+
+
 def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
                      cu_extend_lens: Optional[torch.Tensor], page_size: int,
-                     out: torch.Tensor, block: Optional[int] = None, warps: Optional[int] = None) -> torch.Tensor:
+                     out: torch.Tensor, block: Optional[int] = None, warps: Optional[int] = None,
+                     addresses: bool = True) -> torch.Tensor:
     num_rows, k = topk_indices.shape
     if num_rows == 0 or k == 0:
         return out
     ragged = cu_extend_lens is not None
-    num_reqs = cu_extend_lens.numel() - 1 if ragged else page_table.shape[0]
-    vector_block, steps = _search_params(num_reqs)
+    num_reqs = cu_extend_lens.shape[0] - 1 if ragged else page_table.shape[0]
+    search = _SEARCH.get(num_reqs)
+    if search is None:
+        search = _SEARCH[num_reqs] = _search_params(num_reqs)
+    vector_block, steps = search
     if block is None:
-        block, warps = _block_for(k)
-    grid = (num_rows, triton.cdiv(k, block))
-    pt = _nonempty(page_table)
-    _launch(_transform_kernel, grid, (
-        topk_indices, topk_indices.stride(0), pt, page_table.stride(0),
-        cu_extend_lens if ragged else pt, out, out.stride(0),
-        num_reqs, k, page_table.shape[1] * page_size,
-        ragged, page_size, block, vector_block, steps), warps)
+        block, warps = _plain_block(k, num_rows, ragged and num_reqs == 1)
+    grid = (num_rows, (k + block - 1) // block)
+    row_len = page_table.shape[1] * page_size
+    if not addresses or page_table.numel() == 0:
+        pt = _nonempty(page_table)
+        _launch(_transform_kernel, grid, (
+            topk_indices, topk_indices.stride(0), pt, page_table.stride(0),
+            cu_extend_lens if ragged else pt, out, out.stride(0),
+            num_reqs, k, row_len, ragged, page_size, block, vector_block, steps), warps)
+        return out
+    ta, pa, oa = topk_indices.data_ptr(), page_table.data_ptr(), out.data_ptr()
+    ca = cu_extend_lens.data_ptr() if ragged else pa
+    ts, ps, os_ = topk_indices.stride(0), page_table.stride(0), out.stride(0)
+    t64 = topk_indices.dtype == torch.int64
+    p64 = page_table.dtype == torch.int64
+    c64 = ragged and cu_extend_lens.dtype == torch.int64
+    args = (ta, ts, pa, ps, ca, oa, os_, num_reqs, k, row_len, ragged, page_size, block,
+            vector_block, steps, t64, p64, c64)
+    # a key at least as fine as Triton's specialisation of these arguments
+    dev = topk_indices.get_device()
+    key = (dev, ragged, page_size, block, vector_block, steps, warps, t64, p64, c64,
+           _spec(ta), _spec(ts), _spec(pa), _spec(ps), _spec(ca), _spec(oa), _spec(os_), _spec(k))
+    compiled = _COMPILED_ADDR.get(key)
+    if compiled is None or (_knobs is not None and _knobs.runtime.launch_enter_hook is not None):
+        compiled = _transform_kernel_addr[grid](*args, num_warps=warps)
+        _COMPILED_ADDR[key] = compiled
+        return out
+    compiled.run(grid[0], grid[1], 1, torch._C._cuda_getCurrentRawStream(dev),
+                 compiled.function, compiled.packed_metadata, None, None, None, *args)
     return out
+
+
+_COMPILED_ADDR: dict = {}
 
 
 def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tensor,

@@ -89,6 +89,9 @@ class ForwardPlan:
     max_kv_len: Optional[int] = None
     # flashmla_kv: FlashMLA's scheduler metadata, filled by the first layer, reused by the rest
     flashmla_meta: Any = None
+    # flashmla_*: the transform's output buffers, reused by every layer
+    slots: Optional[torch.Tensor] = None
+    counts: Optional[torch.Tensor] = None
 
 
 def _causal_lengths(extend_lens: Sequence[int], seq_lens: Sequence[int]) -> torch.Tensor:
@@ -476,10 +479,12 @@ class SparseMLAAdapter:
         if backend == "fa3":
             return self._run_fa3(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan)
         kernel = plan.kernel_backend or backend
-        if kernel == "flashmla_sparse":
-            return self._run_flashmla_sparse(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan)
-        if kernel == "flashmla_kv":
-            return self._run_flashmla_kv(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan)
+        if kernel == "flashmla_sparse" or kernel == "flashmla_kv":
+            # one [T, H, 576] bf16 q: the caller's own tensor when it already is one (no copy)
+            whole = q if (q_rope is None and q.dtype == torch.bfloat16 and q.is_contiguous()) \
+                else torch.cat([q_nope, q_pe], dim=-1).to(torch.bfloat16)
+            run = self._run_flashmla_sparse if kernel == "flashmla_sparse" else self._run_flashmla_kv
+            return run(phase, whole, kv_cache, topk_indices, page_table, plan)
         return self._run_trtllm_entry(phase, backend, q_nope, q_pe, kv_cache, topk_indices,
                                       page_table, plan, q_scale, k_scale)
 
@@ -562,31 +567,54 @@ class SparseMLAAdapter:
         return plan.wrapper.run(q_nope=q_nope, q_pe=q_pe, ckv_cache=rows[..., :KV_LORA_RANK],
                                 kpe_cache=rows[..., KV_LORA_RANK:])
 
-    def _run_flashmla_sparse(self, phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan):
+    def _plan_buffers(self, plan, topk_indices):
+        """[T, K] slots and [T] counts, allocated once per plan and rewritten by every layer."""
+        shape = topk_indices.shape
+        if plan.slots is None or plan.slots.shape != shape:
+            plan.slots = torch.empty(shape, dtype=torch.int32, device=topk_indices.device)
+            plan.counts = torch.empty(shape[0], dtype=torch.int32, device=topk_indices.device)
+        return plan.slots, plan.counts
+
+    def _run_flashmla_sparse(self, phase, q, kv_cache, topk_indices, page_table, plan):
         """FlashMLA sparse prefill (bf16 pool). Valid slots are packed first and their count goes
         in as topk_length, so the kernel skips the −1 tail of a short row."""
-        num_tokens, heads = q_nope.shape[:2]
-        slots, counts = self._slots(phase, topk_indices, page_table, plan, compact=True)
-        q = _flashmla.pad_heads(torch.cat([q_nope, q_pe], dim=-1).to(torch.bfloat16), HEAD_DIM_QK)
+        heads = q.shape[1]
+        out, counts = self._plan_buffers(plan, topk_indices)
+        if phase == "prefill":
+            transform_index_page_table_prefill_compact(
+                page_table, topk_indices, page_size=self.table_page_size, out=out, counts=counts,
+                cu_extend_lens=plan.cu_extend_lens, impl=self.transform_impl)
+        else:
+            transform_index_page_table_decode_compact(page_table, topk_indices, self.table_page_size,
+                                                      out, counts, impl=self.transform_impl)
+        slots = out
+        q = _flashmla.pad_heads(q, HEAD_DIM_QK)
         kwargs = _flashmla.sparse_prefill_call(
             q=q, kv=self._kv_rows(kv_cache).view(-1, 1, HEAD_DIM_QK), indices=slots.unsqueeze(1),
             sm_scale=plan.softmax_scale, topk_length=counts)
         out = self._kernels["flashmla"].flash_mla_sparse_fwd(**kwargs)[0]
         return out[:, :heads] if out.shape[1] != heads else out
 
-    def _run_flashmla_kv(self, phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan):
+    def _run_flashmla_kv(self, phase, q, kv_cache, topk_indices, page_table, plan):
         """FlashMLA sparse decode over the fp8-656 cache, each query token its own sequence.
         Rows keep their −1s (the kernel skips exactly −1); the scheduler metadata made by the
         plan is filled by the first layer and reused by the others."""
-        num_tokens, heads = q_nope.shape[:2]
+        num_tokens, heads = q.shape[:2]
         top_k = topk_indices.shape[1]
         if top_k != self.index_topk:
             raise ValueError(f"topk_indices has {top_k} columns, the decision's index_topk is "
                              f"{self.index_topk}")
         if plan.flashmla_meta is None:
             raise ValueError("flashmla_kv needs the plan made by plan_prefill / plan_decode")
-        slots = self._slots(phase, topk_indices, page_table, plan, compact=False)
-        q = _flashmla.pad_heads(torch.cat([q_nope, q_pe], dim=-1).to(torch.bfloat16), HEAD_DIM_QK)
+        slots, _ = self._plan_buffers(plan, topk_indices)
+        if phase == "prefill":
+            transform_index_page_table_prefill(page_table, topk_indices, page_size=self.table_page_size,
+                                               out=slots, cu_extend_lens=plan.cu_extend_lens,
+                                               impl=self.transform_impl)
+        else:
+            transform_index_page_table_decode(page_table, topk_indices, self.table_page_size, slots,
+                                              impl=self.transform_impl)
+        q = _flashmla.pad_heads(q, HEAD_DIM_QK)
         rows = self._kv_rows(kv_cache)
         if rows.shape[0] % _flashmla.KV_PAGE_SIZE:
             raise ValueError(f"the fp8-656 pool must hold whole pages of {_flashmla.KV_PAGE_SIZE} "

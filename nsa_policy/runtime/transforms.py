@@ -178,6 +178,22 @@ def _transform_compact(page_table, topk_indices, cu, page_size, out, counts, imp
     return out, counts
 
 
+_Tensor = torch.Tensor
+
+
+def _fast_ok(page_table, topk_indices, page_size, out, impl) -> bool:
+    """The common eager call (CUDA tensors, preallocated out, triton) passes these cheap checks
+    and launches at once; anything else takes the checked path, which names what is wrong."""
+    return (type(out) is _Tensor and type(topk_indices) is _Tensor and type(page_table) is _Tensor
+            and (impl == "auto" or impl == "triton") and topk_indices.is_cuda and _cuda_with_triton()
+            and type(page_size) is int and page_size >= 1
+            and page_table.dim() == 2 and topk_indices.dim() == 2
+            and topk_indices.dtype in _INDEX_DTYPES and page_table.dtype in _INDEX_DTYPES
+            and out.dtype == torch.int32 and out.shape == topk_indices.shape
+            and (out.dim() < 2 or out.stride(-1) == 1 or out.shape[-1] <= 1)
+            and page_table.get_device() == topk_indices.get_device() == out.get_device())
+
+
 def transform_index_page_table_prefill(
     page_table: torch.Tensor, topk_indices: torch.Tensor, extend_lens: Optional[ExtendLens] = None,
     page_size: int = 1, out: Optional[torch.Tensor] = None, *,
@@ -187,6 +203,11 @@ def transform_index_page_table_prefill(
     tokens laid out request by request. Give `extend_lens` (B lengths, host list or device
     tensor) or, for a single launch with no copy, `cu_extend_lens` (device tensor, B+1 offsets).
     Returns [T, K] int32 slots, −1 where unused or out of range."""
+    if (extend_lens is None and type(cu_extend_lens) is _Tensor and _fast_ok(page_table, topk_indices, page_size, out, impl)
+            and cu_extend_lens.dim() == 1 and cu_extend_lens.shape[0] == page_table.shape[0] + 1
+            and cu_extend_lens.dtype in _INDEX_DTYPES and cu_extend_lens.get_device() == out.get_device()):
+        from nsa_policy.runtime import _triton_transforms
+        return _triton_transforms.launch_transform(page_table, topk_indices, cu_extend_lens, page_size, out)
     _check_inputs(page_table, topk_indices, page_size)
     cu = _cu_for_prefill(page_table, topk_indices, extend_lens, cu_extend_lens)
     return _transform(page_table, topk_indices, cu, page_size, out, impl)
@@ -197,6 +218,9 @@ def transform_index_page_table_decode(
     out: Optional[torch.Tensor] = None, *, impl: str = "auto",
 ) -> torch.Tensor:
     """Decode: row r of topk_indices [R, K] uses row r of page_table [R, W]."""
+    if _fast_ok(page_table, topk_indices, page_size, out, impl) and page_table.shape[0] == topk_indices.shape[0]:
+        from nsa_policy.runtime import _triton_transforms
+        return _triton_transforms.launch_transform(page_table, topk_indices, None, page_size, out)
     _check_inputs(page_table, topk_indices, page_size)
     if page_table.shape[0] != topk_indices.shape[0]:
         raise ValueError(f"decode needs one page_table row per topk_indices row, got "
