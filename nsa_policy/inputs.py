@@ -9,27 +9,23 @@ from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
+from nsa_policy.catalog.args import load_args
 from nsa_policy.catalog.store import Catalog
-from nsa_policy.errors import InputError, closest
 from nsa_policy.engine.facts import DSA_ENV_VARS, THRESHOLD_ENV_VARS, DeviceFacts, Environment, ModelFacts, ServingConfig
+from nsa_policy.errors import InputError, closest
 
 CONFIG_FIELDS = tuple(ServingConfig.model_fields)
-# Later sglang spellings (NSA was renamed DSA in 2026-05) map onto the fields we use.
-FIELD_ALIASES = {
-    "dsa_prefill_backend": "nsa_prefill_backend",
-    "dsa_decode_backend": "nsa_decode_backend",
-    "nsa_prefill_dense_attn_kv_len_threshold": "dense_attn_kv_len_threshold",
-    "dsa_prefill_dense_attn_kv_len_threshold": "dense_attn_kv_len_threshold",
-    "tp": "tp_size",
-    "dp": "dp_size",
-    # sglang's parser stores --tp-size/--dp-size here; ServerArgs.from_cli_args copies them later.
-    "tensor_parallel_size": "tp_size",
-    "data_parallel_size": "dp_size",
-}
+# Every other name sglang (any release) or nsa-policy gives a ServingConfig field: the dsa_* spellings
+# (NSA was renamed DSA in 0.5.13), the parser's tensor/data_parallel_size dests (up to 0.5.13),
+# nsa-policy's own threshold attributes and --tp/--dp. Derived from rules/catalog/sglang-args.yaml.
+FIELD_ALIASES: dict[str, str] = load_args().field_aliases()
+# sglang 0.5.22+ spells DP attention as --attn-dp-size N (it turns the deprecated
+# `--dp-size N --enable-dp-attention` into attn_dp_size=N, dp_size=1); the policy reads it as that pair.
+ATTN_DP_NAMES: tuple[str, ...] = tuple(a.name for a in load_args().argument("attn_dp_size").attributes)
 PACKAGES = ("flashinfer-python", "sgl-kernel", "tilelang", "flashinfer-cubin", "flashinfer-jit-cache", "sglang")
 
 
-def _validate_config(values: dict) -> ServingConfig:
+def _validate_config(values: dict[str, Any]) -> ServingConfig:
     try:
         return ServingConfig(**values)
     except ValidationError as exc:
@@ -46,13 +42,18 @@ def config_from(obj: Any) -> ServingConfig:
         return obj
     values: dict[str, Any] = {}
     if isinstance(obj, Mapping):
+        attn_dp = [(k, v) for k, v in obj.items() if k in ATTN_DP_NAMES and v is not None]
         for key, value in obj.items():
+            if key in ATTN_DP_NAMES:
+                continue
             name = FIELD_ALIASES.get(key, key)
             if name not in ServingConfig.model_fields:
-                raise InputError(f"config.{key}", value, hint=f"unknown serving argument"
+                raise InputError(f"config.{key}", value, hint="unknown serving argument"
                                  + (f"; did you mean {closest(key, CONFIG_FIELDS)!r}?" if closest(key, CONFIG_FIELDS) else ""))
             if value is not None:
                 _merge(values, name, value, key)
+        for key, value in attn_dp:  # after dp_size: it sets the attention-DP width
+            _attn_dp(values, value, key)
         return _validate_config(values)
     for name in CONFIG_FIELDS:
         value = getattr(obj, name, None)
@@ -62,19 +63,41 @@ def config_from(obj: Any) -> ServingConfig:
         value = getattr(obj, alias, None)
         if value is not None and len(alias) > 2:
             _merge(values, name, value, alias)
+    for name in ATTN_DP_NAMES:
+        value = getattr(obj, name, None)
+        if value is not None:
+            _attn_dp(values, value, name)
     return _validate_config(values)
 
 
-def _merge(values: dict, name: str, value: Any, key: str) -> None:
+def _merge(values: dict[str, Any], name: str, value: Any, key: str) -> None:
     if name in values and values[name] != value:
         raise InputError(key, value, hint=f"conflicts with {name}={values[name]!r}")
     values[name] = value
 
 
-def environment_from(env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None) -> Environment:
+def _attn_dp(values: dict[str, Any], value: Any, key: str) -> None:
+    """attn_dp_size N (sglang 0.5.22+) as the policy's (enable_dp_attention, dp_size): attention-DP width N."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(key, value, hint="the attention data-parallel size must be an integer >= 1")
+    if value == 1:
+        return  # no attention DP: sglang's default
+    if values.get("enable_dp_attention") and values.get("dp_size", value) != value:
+        raise InputError(key, value, hint=f"conflicts with dp_size={values['dp_size']} with DP attention")
+    # From 0.5.22 a plain dp_size counts replicas, which the DSA policy does not read; the width is attn_dp_size.
+    values["enable_dp_attention"] = True
+    values["dp_size"] = value
+
+
+def environment_from(env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
+                     release: Optional[str] = None) -> Environment:
+    """The environment facts. With `release`, only the threshold variable that sglang release reads counts
+    (the other name is ignored, as that release ignores it); without, either name, and two different values conflict."""
     env = os.environ if env is None else env
     found: list[tuple[str, int]] = []
-    for var in THRESHOLD_ENV_VARS:
+    read = None if release is None else load_args().env_var_read("dense_attn_kv_len_threshold", release)
+    names: tuple[str, ...] = THRESHOLD_ENV_VARS if read is None else (read,)
+    for var in names:
         raw = env.get(var)
         if raw is None or str(raw).strip() == "":
             continue
@@ -87,9 +110,9 @@ def environment_from(env: Optional[Mapping[str, str]] = None, packages: Optional
         found.append((var, val))
     if len(found) == 2 and found[0][1] != found[1][1]:
         raise InputError(found[1][0], found[1][1], hint=f"conflicts with {found[0][0]}={found[0][1]}")
-    var, val = found[0] if found else (None, None)
+    first: tuple[Optional[str], Optional[int]] = found[0] if found else (None, None)
     variables = {name: str(env[name]) for name in DSA_ENV_VARS if env.get(name) is not None}
-    return Environment(dense_attn_kv_len_threshold=val, threshold_env_var=var, packages=dict(packages or {}),
+    return Environment(dense_attn_kv_len_threshold=first[1], threshold_env_var=first[0], packages=dict(packages or {}),
                        variables=variables)
 
 

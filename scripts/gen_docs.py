@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Regenerate the generated docs: the support matrix (docs/matrix.md, .png, .svg) and the migration
-report (docs/migration-from-sglang.md = `nsa-policy diff sglang-0.5.10 default`).
+"""Regenerate the generated docs: the support matrix (docs/matrix.md, .png, .svg), the migration
+report (docs/migration-from-sglang.md = `nsa-policy diff sglang-0.5.10 default`) and the sglang
+argument tables (docs/sglang-args.md, and the release → spellings table inside docs/startup.md).
 
-Run from anywhere: python scripts/gen_docs.py [--only matrix|migration]. tests/check/test_docs_fresh.py
-fails when the committed files are stale.
+Run from anywhere: python scripts/gen_docs.py [--only matrix|migration|args]. tests/check/test_docs_fresh.py
+and tests/startup/test_args_registry.py fail when the committed files are stale.
 """
 from __future__ import annotations
 
@@ -32,9 +33,30 @@ def migration_markdown() -> str:
     return f"{head}\n\n{MIGRATION_INTRO}\n{rest}"
 
 
+ARGS_TABLE_BEGIN = "<!-- generated: sglang release → spellings (python scripts/gen_docs.py --only args) -->"
+ARGS_TABLE_END = "<!-- end of generated table -->"
+
+
+def args_docs(docs: Path) -> dict[Path, str]:
+    """docs/sglang-args.md, and docs/startup.md with its release → spellings table replaced, from the registry."""
+    from nsa_policy.catalog.args import load_args
+
+    reg = load_args()
+    startup = docs / "startup.md"
+    text = startup.read_text(encoding="utf-8")
+    head, found, rest = text.partition(ARGS_TABLE_BEGIN)
+    if not found:
+        raise SystemExit(f"{startup}: no {ARGS_TABLE_BEGIN!r} marker")
+    _, found, tail = rest.partition(ARGS_TABLE_END)
+    if not found:
+        raise SystemExit(f"{startup}: no {ARGS_TABLE_END!r} marker")
+    block = f"{ARGS_TABLE_BEGIN}\n{reg.release_table_markdown()}{ARGS_TABLE_END}"
+    return {docs / "sglang-args.md": reg.registry_markdown(), startup: head + block + tail}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("matrix", "migration"))
+    parser.add_argument("--only", choices=("matrix", "migration", "args"))
     args = parser.parse_args()
     docs = REPO / "docs"
     if args.only in (None, "matrix"):
@@ -46,6 +68,10 @@ def main() -> int:
         path = docs / "migration-from-sglang.md"
         path.write_text(migration_markdown(), encoding="utf-8")
         print(f"wrote {path.relative_to(REPO)}")
+    if args.only in (None, "args"):
+        for path, text in args_docs(docs).items():
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(REPO)}")
     return 0
 
 

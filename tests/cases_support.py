@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 VENDORED_DIR = REPO / "tests" / "cases"
@@ -47,16 +47,20 @@ def load_cases() -> list[tuple[str, dict]]:
     return out
 
 
-CLI_FLAGS = {
-    "kv_cache_dtype": "--kv-cache-dtype", "nsa_prefill_backend": "--nsa-prefill-backend",
-    "nsa_decode_backend": "--nsa-decode-backend", "tp_size": "--tp-size", "dp_size": "--dp-size",
-    "quantization": "--quantization", "page_size": "--page-size",
-    "dense_attn_kv_len_threshold": "--dense-attn-kv-len-threshold",
-    "speculative_algorithm": "--speculative-algorithm", "speculative_eagle_topk": "--speculative-eagle-topk",
-    "speculative_num_steps": "--speculative-num-steps", "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
-}
-BOOL_FLAGS = {"enable_dp_attention": "--enable-dp-attention", "enable_hisparse": "--enable-hisparse",
-              "disable_radix_cache": "--disable-radix-cache"}
+def _cli_flags() -> tuple[dict[str, str], dict[str, str]]:
+    """Case input key (a ServingConfig field) → resolve's flag, from the argument registry: valued, switches."""
+    from nsa_policy.catalog.args import load_args
+
+    reg = load_args()
+    valued, switches = {}, {}
+    for arg in reg.arguments.values():
+        if arg.field is None or arg.field == "model_path":
+            continue
+        (switches if arg.type == "bool" else valued)[arg.field] = reg.cli_flags(arg.name)[0]
+    return valued, switches
+
+
+CLI_FLAGS, BOOL_FLAGS = _cli_flags()
 
 
 def split(case_input: dict) -> tuple[str, Any, dict, dict]:

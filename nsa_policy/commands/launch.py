@@ -1,87 +1,137 @@
-"""`nsa-policy launch [--policy …] [--device …] [--dry-run] -- python -m sglang.launch_server ARGS…`."""
+"""`nsa-policy launch [--policy …] [--device …] [--sglang-version X] [--dry-run] -- python -m sglang.launch_server ARGS…`."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import typer
 
 from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
 
+if TYPE_CHECKING:
+    from nsa_policy.integration.launch import LaunchPlan
+
 
 def register(app: typer.Typer) -> None:
-    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def launch(
-        ctx: typer.Context,
-        policy: str = typer.Option("default", "--policy", help="Bundle name or rule folder."),
-        device: str = typer.Option("auto", "--device", help="auto (the local GPU through NVML), a catalog name or a capability spec."),
-        model: Optional[str] = typer.Option(None, "--model", help="Model for the policy (catalog id or config.json) when --model-path is not in the catalog."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the final command (shell-quoted, env additions in front) instead of running it."),
-        as_json: bool = typer.Option(False, "--json", help="With --dry-run: print one JSON object (argv, env, added flags, decision)."),
-        spelling: str = typer.Option("auto", "--spelling", help="Flag/env spelling of the engine: nsa (sglang ≤0.5.10), dsa (later), auto (dsa if the command uses --dsa-* flags)."),
-        log_decisions: Optional[str] = typer.Option(None, "--log-decisions", help="Append the decision as one JSON line to this file."),
-    ) -> None:
-        """Resolve from a server command's flags and the local GPU, add the missing flags, and exec it.
+    # Options stop at the first word of the server command (or at `--`): everything from there on is
+    # the command, and an unknown option before it is an error, never part of the command.
+    app.command("launch", context_settings={"allow_interspersed_args": False})(launch)
 
-        Everything after `--` is the server command. Exit 1 (and nothing runs) when the policy rejects it.
-        """
-        import logging
 
-        from nsa_policy.errors import NsaPolicyError, PolicyError
-        from nsa_policy.integration.launch import exec_plan, plan_launch
-        from nsa_policy.commands._render import render_table
+def launch(
+    command: Optional[list[str]] = typer.Argument(None, help="The server command (after `--`)."),
+    policy: str = typer.Option("default", "--policy", help="Bundle name or rule folder."),
+    device: str = typer.Option("auto", "--device",
+                               help="auto (the local GPU through NVML), a catalog name or a capability spec."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model for the policy (catalog id or config.json) "
+                                                              "when --model-path is not in the catalog."),
+    sglang_version: Optional[str] = typer.Option(
+        None, "--sglang-version", help="The sglang release the command starts (default: ask the command's own interpreter; "
+                                       "unknown: the newest release nsa-policy knows)."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Print the final command (shell-quoted, env additions in front) and what the "
+                                      "release decides on its own, instead of running it."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="With --dry-run: print one JSON object (argv, env, release, the decisions)."),
+    log_decisions: Optional[str] = typer.Option(None, "--log-decisions",
+                                                help="Append the decision as one JSON line to this file."),
+) -> None:
+    """Resolve from a server command's flags, its sglang release and the local GPU; respell and add flags; exec it.
 
-        logger = logging.getLogger("nsa_policy.launch")
-        logger.propagate = False  # the decision is printed below; the record only feeds the decision log
-        logger.setLevel(logging.INFO)
-        if not logger.handlers:
-            logger.addHandler(logging.NullHandler())  # else logging's last-resort handler prints warnings twice
-        handler = None
-        if log_decisions:
-            from nsa_policy.integration.decision_log import DecisionLogHandler
+    Everything after `--` is the server command. Exit 1 (and nothing runs) when the policy rejects it.
+    """
+    from nsa_policy.commands._render import render_table
+    from nsa_policy.errors import NsaPolicyError, PolicyError
+    from nsa_policy.integration.launch import exec_plan, plan_launch
 
-            handler = DecisionLogHandler(log_decisions)
-            handler.handleError = _raise_log_error  # a CLI should say it could not write the log
-            logger.addHandler(handler)
-        try:
-            plan = plan_launch(ctx.args, policy=policy, device=device, model=model, spelling=spelling, logger=logger)
-        except PolicyError as exc:
-            print(render_table(exc.decision), file=sys.stderr)
-            print(str(exc), file=sys.stderr)
-            if as_json:
-                print(json.dumps({"rejected": True, "decision": exc.decision.model_dump(mode="json")}))
-            raise typer.Exit(EXIT_REJECTED)
-        except (NsaPolicyError, _LogWriteError) as exc:
-            raise fail_usage(exc, as_json)
-        finally:
-            if handler is not None:
-                logger.removeHandler(handler)
-        print(render_table(plan.decision), file=sys.stderr)
-        print("nsa-policy launch: " + (("adding " + ", ".join(plan.added_flags)) if plan.added_flags else "no flag to add")
-              + "".join(f"; env {k}={v}" for k, v in plan.env_additions.items()), file=sys.stderr)
-        for note in plan.notes:
-            print(f"nsa-policy launch: note: {note}", file=sys.stderr)
-        if dry_run:
-            if as_json:
-                print(json.dumps({"argv": list(plan.argv), "env": plan.env_additions, "added_flags": list(plan.added_flags),
-                                  "command": plan.shell_line(), "decision": plan.decision.model_dump(mode="json")}))
-            else:
-                print(plan.shell_line())
-            raise typer.Exit(EXIT_OK)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            exec_plan(plan)
-        except OSError as exc:
-            print(f"nsa-policy: error: cannot run {plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
-            raise typer.Exit(EXIT_USAGE)
+    logger = logging.getLogger("nsa_policy.launch")
+    logger.propagate = False  # the decision is printed below; the record only feeds the decision log
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())  # else logging's last-resort handler prints warnings twice
+    handler = None
+    if log_decisions:
+        from nsa_policy.integration.decision_log import DecisionLogHandler
+
+        handler = DecisionLogHandler(log_decisions)
+        # a CLI should say it could not write the log
+        handler.handleError = _raise_log_error  # type: ignore[method-assign]
+        logger.addHandler(handler)
+    try:
+        plan = plan_launch(list(command or []), policy=policy, device=device, model=model, sglang_version=sglang_version,
+                           logger=logger)
+    except PolicyError as exc:
+        print(render_table(exc.decision), file=sys.stderr)
+        print(str(exc), file=sys.stderr)
+        if as_json:
+            print(json.dumps({"rejected": True, "decision": exc.decision.model_dump(mode="json")}))
+        raise typer.Exit(EXIT_REJECTED) from None
+    except (NsaPolicyError, _LogWriteError) as exc:
+        raise fail_usage(exc, as_json) from None
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+    def say(text: str) -> None:
+        print(f"nsa-policy launch: {text}", file=sys.stderr)
+
+    say(f"target {plan.release.describe()}")
+    if dry_run:
+        _print_engine_view(plan, say)
+    print(render_table(plan.decision), file=sys.stderr)
+    for change in plan.rewritten:
+        say(f"respelt {change}")
+    say(("adding " + ", ".join(plan.added_flags)) if plan.added_flags else "no flag to add")
+    for k, v in plan.env_additions.items():
+        say(f"env {k}={v}")
+    for note in plan.notes:
+        say(f"note: {note}")
+    if dry_run:
+        if as_json:
+            print(json.dumps({
+                "argv": list(plan.argv), "env": plan.env_additions, "added_flags": list(plan.added_flags),
+                "rewritten": list(plan.rewritten), "command": plan.shell_line(),
+                "sglang": plan.release.model_dump(mode="json"), "notes": list(plan.notes),
+                "engine": {"bundle": plan.engine_bundle,
+                           "decision": plan.engine_decision.model_dump(mode="json") if plan.engine_decision else None},
+                "decision": plan.decision.model_dump(mode="json")}))
+        else:
+            print(plan.shell_line())
+        raise typer.Exit(EXIT_OK)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        exec_plan(plan)
+    except OSError as exc:
+        print(f"nsa-policy: error: cannot run {plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+_OUTPUTS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "dense_attn_kv_len_threshold")
+
+
+def _print_engine_view(plan: LaunchPlan, say: Callable[[str], None]) -> None:
+    """--dry-run: what the release decides on its own, next to the final decision."""
+    if plan.engine_decision is None:
+        say(f"sglang {plan.release.version} on its own: no compatibility bundle reproduces it")
+        return
+    e, d = plan.engine_decision, plan.decision
+    head = f"sglang {plan.release.version} on its own ({plan.engine_bundle})"
+    if e.errors:
+        say(f"{head}: refuses to start: " + "; ".join(f"{f.code} {f.message}" for f in e.errors))
+    else:
+        say(f"{head}: " + ", ".join(f"{f}={getattr(e, f)}" for f in _OUTPUTS))
+    for f in e.warnings:
+        say(f"  {f.code} {f.message}")
+    differs = [f"{f}: {getattr(e, f)} → {getattr(d, f)}" for f in _OUTPUTS if getattr(e, f) != getattr(d, f)]
+    say("with nsa-policy " + d.policy + ": " + ("; ".join(differs) if differs else "the same outputs"))
 
 
 class _LogWriteError(Exception):
     pass
 
 
-def _raise_log_error(record) -> None:
+def _raise_log_error(record: logging.LogRecord) -> None:
     exc = sys.exc_info()[1]
     raise _LogWriteError(f"--log-decisions: {exc}")

@@ -1,69 +1,76 @@
 """`nsa-policy launch -- python -m sglang.launch_server ARGS…`: the policy without changing the engine's code.
 
-The serving flags the policy reads are picked out of the command (both `--flag value` and
-`--flag=value`; the last occurrence wins, as in argparse; every other token passes through
-untouched). They go through `startup.apply` on a namespace that mirrors the command, so the
-launcher and the library hook fill exactly the same fields. What apply writes becomes flags
-appended to the command (an explicit `--kv-cache-dtype auto` is rewritten in place), and the
-threshold variable, when the engine reads it from the environment, becomes an environment addition.
+The command is written for one sglang release, and sglang renames and removes spellings between
+releases (rules/catalog/sglang-args.yaml). So launch first finds the target release: `--sglang-version`,
+else the version installed for the command's own interpreter (asked through importlib.metadata in a
+subprocess; sglang is never imported), else the newest release the registry knows, with a note.
+
+Then, from the registry, for that release:
+- the serving flags the policy reads are picked out of the command (`--flag value` and `--flag=value`;
+  the last occurrence wins, as in argparse; every other token passes through untouched);
+- a spelling the release refuses or only accepts as a deprecated alias is rewritten to its canonical
+  spelling (`--nsa-prefill-backend` → `--dsa-prefill-backend` from 0.5.13; `--dp-size N
+  --enable-dp-attention` → `--attn-dp-size N` from 0.5.22); nsa-policy's own threshold flags become
+  the variable the release reads; a value outside the release's choices is an error, not a command
+  that will not start;
+- the flags go through `startup.apply` on a namespace shaped like that release's parsed arguments,
+  so the launcher and the library hook fill the same fields; what apply writes becomes flags in the
+  release's spelling (an explicit `--kv-cache-dtype auto` is rewritten in place), and the threshold
+  variable it sets becomes an environment addition.
+The plan also carries what the release would decide on its own (its compatibility bundle: the newest
+sglang-<version> bundle at or below the release) next to the final decision.
 """
 from __future__ import annotations
 
 import logging
 import os
 import shlex
-import typing
+import shutil
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping, Optional, Sequence
 
 from pydantic import Field
 
+from nsa_policy.catalog.args import Argument, TargetRelease, load_args
 from nsa_policy.engine.decision import Decision
-from nsa_policy.errors import InputError
-from nsa_policy.engine.facts import Frozen, ServingConfig
-from nsa_policy.inputs import FIELD_ALIASES
+from nsa_policy.engine.facts import Frozen
+from nsa_policy.errors import InputError, NsaPolicyError
 
-# sglang's own extra spellings of the flags the policy reads.
-SGLANG_FLAG_ALIASES = {"--model": "model_path", "--tensor-parallel-size": "tp_size", "--data-parallel-size": "dp_size",
-                       "--tp": "tp_size", "--dp": "dp_size"}
-SPELLINGS = ("auto", "nsa", "dsa")
-
-
-def _kind(field: str) -> type:
-    annotation = ServingConfig.model_fields[field].annotation
-    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    return args[0]
+THRESHOLD = "dense_attn_kv_len_threshold"
+# launch's own options that sglang does not have: inside the server command they are a misplaced option
+_LAUNCH_OPTIONS = ("--sglang-version", "--dry-run", "--log-decisions")
+_PYTHON_NAMES = ("python", "python3")
+# importlib.metadata only: the interpreter never imports sglang (and so never torch)
+_VERSION_PROBE = ("import importlib.metadata as m\n"
+                  "try:\n    print(m.version('sglang'))\nexcept m.PackageNotFoundError:\n    print('')\n")
 
 
-def flag_table() -> dict[str, tuple[str, str, type]]:
-    """flag → (attribute as the command spells it, ServingConfig field, value type)."""
-    table: dict[str, tuple[str, str, type]] = {}
-    for field in ServingConfig.model_fields:
-        table["--" + field.replace("_", "-")] = (field, field, _kind(field))
-    for alias, field in FIELD_ALIASES.items():
-        if len(alias) > 2:
-            table["--" + alias.replace("_", "-")] = (alias, field, _kind(field))
-    for flag, field in SGLANG_FLAG_ALIASES.items():
-        table[flag] = (field, field, _kind(field))
-    return table
+def flag_table() -> dict[str, tuple[str, str]]:
+    """flag → (registry argument, value type), for every spelling of every release and nsa-policy's own."""
+    reg = load_args()
+    return {flag: (arg.name, arg.type) for flag, (arg, _) in reg.by_flag.items()}
 
 
 class Occurrence(Frozen):
     index: int = Field(description="position of the flag token in the command")
     flag: str
-    attr: str
+    arg: str = Field(description="the registry argument it sets")
     value: Any = None
     inline: bool = Field(default=False, description="--flag=value form")
+
+    @property
+    def width(self) -> int:
+        """Tokens it takes in the command."""
+        return 1 if self.inline or self.value is True else 2
 
 
 class ParsedCommand(Frozen):
     argv: tuple[str, ...]
     occurrences: tuple[Occurrence, ...]
-    values: dict[str, Any] = Field(description="attribute → value, last occurrence wins")
+    values: dict[str, Any] = Field(description="registry argument → value, last occurrence wins")
     has_config_file: bool = False
-
-    def uses_dsa_flags(self) -> bool:
-        return any(o.flag.startswith("--dsa-") for o in self.occurrences)
 
 
 def parse_command(argv: Sequence[str]) -> ParsedCommand:
@@ -83,8 +90,8 @@ def parse_command(argv: Sequence[str]) -> ParsedCommand:
         if flag not in table:
             i += 1
             continue
-        attr, field, kind = table[flag]
-        if kind is bool:
+        arg, kind = table[flag]
+        if kind == "bool":
             if eq:
                 raise InputError(flag, token, hint="a switch: give it without a value")
             value: Any = True
@@ -97,24 +104,84 @@ def parse_command(argv: Sequence[str]) -> ParsedCommand:
             else:
                 raise InputError(flag, None, hint="needs a value")
             value = raw
-            if kind is int:
+            if kind == "int":
                 try:
                     value = int(raw)
                 except ValueError:
                     raise InputError(flag, raw, hint="must be an integer") from None
-        occurrences.append(Occurrence(index=i, flag=flag, attr=attr, value=value, inline=bool(eq)))
-        values[attr] = value
+        occurrences.append(Occurrence(index=i, flag=flag, arg=arg, value=value, inline=bool(eq)))
+        values[arg] = value
         i += step
     return ParsedCommand(argv=tuple(argv), occurrences=tuple(occurrences), values=values, has_config_file=has_config)
 
 
+# the target release -----------------------------------------------------------------------------
+def command_interpreter(command: Sequence[str]) -> Optional[str]:
+    """The Python interpreter that will run the server: the command's python/python3, or the interpreter
+    of the `sglang` entry point (its shebang), found on PATH. None when the command names neither."""
+    if not command:
+        return None
+    head = command[0]
+    name = Path(head).name
+    if name in _PYTHON_NAMES or (name.startswith("python3.") and name[8:].replace(".", "").isdigit()):
+        return shutil.which(head) or (head if os.path.isfile(head) else None)
+    if name == "sglang":
+        script = shutil.which(head)
+        if script is None:
+            return None
+        try:
+            with open(script, "rb") as fh:
+                first = fh.readline(512).decode("utf-8", "replace").strip()
+        except OSError:
+            return None
+        if not first.startswith("#!"):
+            return None
+        words = first[2:].split()
+        if not words:
+            return None
+        if Path(words[0]).name == "env" and len(words) > 1:
+            return shutil.which(words[-1])
+        return words[0]
+    return None
+
+
+def detect_sglang_version(command: Sequence[str], *, timeout: float = 20.0) -> tuple[Optional[str], str]:
+    """(the sglang version installed for the command's interpreter or None, how that was found)."""
+    python = command_interpreter(command)
+    if python is None:
+        return None, f"the command starts with {command[0]!r}, not python/python3 or the sglang entry point"
+    try:
+        out = subprocess.run([python, "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"could not ask {python} ({exc})"
+    version = out.stdout.strip().splitlines()[-1].strip() if out.returncode == 0 and out.stdout.strip() else ""
+    if not version:
+        return None, f"no sglang installed for {python}"
+    return version, f"importlib.metadata of {python}"
+
+
+def target_release(command: Sequence[str], sglang_version: Optional[str] = None) -> TargetRelease:
+    """The release the command targets: --sglang-version, else the command's interpreter, else the newest known."""
+    reg = load_args()
+    if sglang_version is not None:
+        return reg.target(sglang_version, "--sglang-version")
+    found, how = detect_sglang_version(command)
+    return reg.target(found, how)
+
+
+# the plan -----------------------------------------------------------------------------------------
 class LaunchPlan(Frozen):
-    """The final command: what runs, what was added, and the decision behind it."""
+    """The final command: what runs, what was added or rewritten, the release, and the decisions behind it."""
 
     argv: tuple[str, ...]
     env_additions: dict[str, str]
-    added_flags: tuple[str, ...] = Field(description="flags appended or rewritten, in command order")
+    added_flags: tuple[str, ...] = Field(description="flags appended or rewritten in place, in command order")
+    rewritten: tuple[str, ...] = Field(default=(), description="the command's own spellings changed for the release")
     decision: Decision
+    release: TargetRelease
+    engine_bundle: Optional[str] = Field(default=None, description="the compatibility bundle standing for the release")
+    engine_decision: Optional[Decision] = Field(
+        default=None, description="what the release decides on its own for the command as given (its compat bundle)")
     notes: tuple[str, ...] = ()
 
     def shell_line(self) -> str:
@@ -123,54 +190,199 @@ class LaunchPlan(Frozen):
         return (env + " " if env else "") + shlex.join(self.argv)
 
 
-def _namespace(parsed: ParsedCommand, spelling: str) -> SimpleNamespace:
-    """A namespace shaped like sglang's parsed args for this command: what the command left out is unset."""
-    if spelling not in SPELLINGS:
-        raise InputError("--spelling", spelling, list(SPELLINGS))
-    if spelling == "auto":
-        spelling = "dsa" if parsed.uses_dsa_flags() else "nsa"
-    ns = SimpleNamespace(**parsed.values)
-    ns.kv_cache_dtype = parsed.values.get("kv_cache_dtype", "auto")  # sglang's default
-    ns.page_size = parsed.values.get("page_size")
-    for side in ("prefill", "decode"):
-        if not any(f"{p}_{side}_backend" in parsed.values for p in ("nsa", "dsa")):
-            setattr(ns, f"{spelling}_{side}_backend", None)
-    if spelling == "dsa" and not hasattr(ns, "dsa_prefill_backend"):
-        ns.dsa_prefill_backend = None  # marks the newer engine: threshold goes to SGLANG_DSA_…
+def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, int], dict[str, Any], dict[str, str], list[str]]:
+    """The command respelt for the release: (argv, old token index → new, argument → value,
+    the threshold variable from nsa-policy's own flag, what was rewritten)."""
+    reg = load_args()
+    argv = list(parsed.argv)
+    values = dict(parsed.values)
+    drop: set[int] = set()
+    rewrites: list[str] = []
+    threshold: dict[str, str] = {}
+
+    def respell(o: Occurrence, new_flag: str, value: Any = None) -> None:
+        value = o.value if value is None else value
+        if o.inline:
+            argv[o.index] = f"{new_flag}={value}"
+        else:
+            argv[o.index] = new_flag
+            if o.width == 2:
+                argv[o.index + 1] = str(value)
+
+    dp_attention = [o for o in parsed.occurrences if o.arg == "enable_dp_attention"]
+    replace_dp = bool(dp_attention) and reg.status("--enable-dp-attention", rel) == "deprecated" \
+        and reg.spelling_for("attn_dp_size", rel) is not None
+    for o in parsed.occurrences:
+        arg = reg.argument(o.arg)
+        status = reg.status(o.flag, rel)
+        if o.arg == THRESHOLD:
+            drop.update(range(o.index, o.index + o.width))
+            var = reg.env_var_read(THRESHOLD, rel)
+            assert var is not None
+            threshold[var] = str(o.value)
+            rewrites.append(f"{o.flag} {o.value} → {var}={o.value} (sglang reads the threshold from the environment)")
+            continue
+        if replace_dp and o.arg == "enable_dp_attention":
+            drop.add(o.index)
+            continue
+        if replace_dp and o.arg == "dp_size" and "attn_dp_size" not in parsed.values:
+            new = reg.spelling_for("attn_dp_size", rel)
+            assert new is not None
+            respell(o, new)
+            rewrites.append(f"--enable-dp-attention {o.flag} {o.value} → {new} {o.value} "
+                            f"(sglang {rel} deprecates --enable-dp-attention)")
+            continue
+        if status in ("canonical",):
+            _check_choice(arg, o, rel)
+            continue
+        new = reg.spelling_for(o.arg, rel)
+        if new is None:
+            raise InputError(o.flag, o.value, hint=f"sglang {rel} has no such argument (first accepted in "
+                                                   f"{_first(arg)}); remove it or target another release")
+        why = {"deprecated": "deprecated alias", "removed": "refused by the parser", "not-yet": "not yet accepted",
+               "nsa-policy": "nsa-policy's own spelling"}[status or "nsa-policy"]
+        respell(o, new)
+        rewrites.append(f"{o.flag} → {new} (sglang {rel}: {why})")
+        _check_choice(arg, o, rel)
+    if replace_dp:
+        if "attn_dp_size" in parsed.values:
+            rewrites.append(f"--enable-dp-attention dropped (sglang {rel}: deprecated; --attn-dp-size is given)")
+        elif not any(o.arg == "dp_size" for o in parsed.occurrences):
+            rewrites.append(f"--enable-dp-attention dropped (sglang {rel}: deprecated; with no --dp-size the attention-DP "
+                            "width is 1)")
+        dp = values.pop("dp_size", None)
+        values.pop("enable_dp_attention", None)
+        if dp is not None and "attn_dp_size" not in values:
+            values["attn_dp_size"] = dp
+    kept = [i for i in range(len(argv)) if i not in drop]
+    values.pop(THRESHOLD, None)
+    return [argv[i] for i in kept], {old: new for new, old in enumerate(kept)}, values, threshold, rewrites
+
+
+def _first(arg: Argument) -> str:
+    firsts = [sp.first for sp in arg.spellings if sp.first]
+    return min(firsts, key=lambda v: load_args()._rel(v)) if firsts else "no release"
+
+
+def _check_choice(arg: Argument, o: Occurrence, rel: str) -> None:
+    """A value the release's parser would refuse is an error here, with that release's choices."""
+    reg = load_args()
+    valid = reg.choices(arg.name, rel)
+    if valid is None or o.value in valid:
+        return
+    alias = next((a for a in arg.choice_aliases if a.value == o.value), None)
+    if alias is not None and alias.canonical in valid:
+        return
+    raise InputError(o.flag, o.value, list(valid), hint=f"not a choice of sglang {rel}")
+
+
+def _namespace(values: Mapping[str, Any], rel: str) -> SimpleNamespace:
+    """A namespace shaped like the release's parsed args: its attribute names; what the command left out is unset."""
+    reg = load_args()
+    ns = SimpleNamespace()
+    for arg_name, value in values.items():
+        attr = reg.attribute_for(arg_name, rel) or reg.argument(arg_name).field
+        if attr:
+            setattr(ns, attr, value)
+    for arg in reg.arguments.values():
+        if arg.output is None or arg.name == THRESHOLD:
+            continue  # no threshold attribute: the release reads the variable
+        attr = reg.attribute_for(arg.name, rel)
+        if attr and not hasattr(ns, attr):
+            setattr(ns, attr, "auto" if "auto" in arg.unset_values else None)  # sglang's defaults
     return ns
 
 
+def _attr_flags(rel: str) -> dict[str, str]:
+    """attribute of the release → its canonical flag there."""
+    reg = load_args()
+    out = {}
+    for arg in reg.arguments.values():
+        attr, flag = reg.attribute_for(arg.name, rel), reg.spelling_for(arg.name, rel)
+        if attr and flag:
+            out[attr] = flag
+    return out
+
+
 def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any = "auto", model: Any = None,
-                env: Optional[Mapping[str, str]] = None, spelling: str = "auto",
+                env: Optional[Mapping[str, str]] = None, sglang_version: Optional[str] = None,
                 logger: Optional[logging.Logger] = None) -> LaunchPlan:
-    """Resolve from the command's flags and build the final command. Raises StartupRejected when rejected."""
+    """Resolve from the command's flags for its sglang release and build the final command.
+
+    sglang_version: the target release (default: ask the command's interpreter; unknown → the newest known).
+    Raises StartupRejected (a PolicyError) when the policy rejects it, InputError for a command that
+    release cannot run (a flag it does not have, a value outside its choices).
+    """
     from nsa_policy.integration.startup import apply
 
     parsed = parse_command(command)
-    ns = _namespace(parsed, spelling)
+    for token in parsed.argv:
+        if token.partition("=")[0] in _LAUNCH_OPTIONS:
+            raise InputError("command", token, hint="an nsa-policy launch option inside the server command; "
+                                                    "give it before the command (before `--`)")
+    release = target_release(command, sglang_version)
+    rel = release.version
+    argv, moved, values, threshold_flag, rewrites = _for_release(parsed, rel)
+    ns = _namespace(values, rel)
     env_view = dict(os.environ if env is None else env)
-    applied = apply(ns, policy=policy, device=device, model=model, env=env_view, logger=logger)
-    argv = list(parsed.argv)
+    env_view.update(threshold_flag)  # nsa-policy's threshold flag wins over the environment, as in resolve
+    engine_bundle, engine_decision, engine_note = _engine_view(ns, rel, policy, device, model, env_view, release)
+    applied = apply(ns, policy=policy, device=device, model=model, env=env_view, logger=logger, sglang_version=rel)
+    flags = _attr_flags(rel)
     added: list[str] = []
     for attr, value in applied.written.items():
-        flag = "--" + attr.replace("_", "-")
-        auto = [o for o in parsed.occurrences if o.attr == attr and o.value == "auto"]
+        flag = flags[attr]
+        arg = next(a for a in load_args().arguments.values() if load_args().attribute_for(a.name, rel) == attr)
+        auto = [o for o in parsed.occurrences if o.arg == arg.name and o.value == "auto"]
         if auto:  # rewrite the explicit 'auto' (sglang's "engine decides") in place
             o = auto[-1]
+            pos = moved[o.index]
             if o.inline:
-                argv[o.index] = f"{o.flag}={value}"
+                argv[pos] = f"{argv[pos].partition('=')[0]}={value}"
             else:
-                argv[o.index + 1] = str(value)
-            added.append(f"{o.flag} {value} (was auto)")
+                argv[pos + 1] = str(value)
+            added.append(f"{flag} {value} (was auto)")
         else:
             argv += [flag, str(value)]
             added.append(f"{flag} {value}")
     notes = []
+    if release.note:
+        notes.append(release.note)
+    notes += [n for n in applied.notes if n != release.note]
+    if engine_note:
+        notes.append(engine_note)
     if parsed.has_config_file:
         notes.append("the command has --config: flags inside that file were not read; "
                      "an added flag overrides the file's value")
-    return LaunchPlan(argv=tuple(argv), env_additions=dict(applied.env_set), added_flags=tuple(added),
-                      decision=applied.decision, notes=tuple(notes))
+    env_additions = {**threshold_flag, **applied.env_set}
+    return LaunchPlan(argv=tuple(argv), env_additions=env_additions, added_flags=tuple(added), rewritten=tuple(rewrites),
+                      decision=applied.decision, release=release, engine_bundle=engine_bundle,
+                      engine_decision=engine_decision, notes=tuple(notes))
+
+
+def _engine_view(ns: SimpleNamespace, rel: str, policy: str, device: Any, model: Any, env: Mapping[str, str],
+                 release: TargetRelease) -> tuple[Optional[str], Optional[Decision], Optional[str]]:
+    """What the release decides on its own for the command as given: its compat bundle's decision."""
+    from nsa_policy.api import resolve
+    from nsa_policy.engine.bundle import release_bundle
+    from nsa_policy.integration.startup import _Args
+
+    try:
+        bundle = release_bundle(f"sglang-{rel}")
+    except NsaPolicyError as exc:
+        return None, None, f"no compatibility bundle reproduces sglang {rel}: {exc}"
+    if bundle is None:
+        return None, None, None
+    ignored = set(load_args().env_vars_ignored(THRESHOLD, rel))
+    engine_env = {k: v for k, v in env.items() if k not in ignored}
+    try:
+        decision = resolve(_Args(ns).serving_config(), device=device, model=model, policy=bundle, env=engine_env,
+                           raise_on_error=False)
+    except NsaPolicyError as exc:
+        return bundle, None, f"{bundle} could not evaluate this command: {exc}"
+    note = None if bundle == f"sglang-{rel}" else (
+        f"sglang {rel}'s own decision is shown by {bundle}, the newest compatibility bundle at or below it")
+    return bundle, decision, note
 
 
 def exec_plan(plan: LaunchPlan) -> None:  # pragma: no cover - replaces the process

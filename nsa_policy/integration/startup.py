@@ -4,15 +4,21 @@
     nsa_policy.startup.apply(args)                  # before ServerArgs.from_cli_args / __post_init__
 
 What it does, in order:
+0. finds the sglang release it serves: `sglang_version=`, else the running process's installed
+   sglang (importlib.metadata, sglang is not imported), else what the object's own attribute names
+   allow (nsa_* → the last release with those names), else the newest release in the registry;
 1. reads the serving arguments by sglang's attribute names (nsa_* and the later dsa_* spellings);
-2. resolves with the policy on the local GPU (or `device=`);
+2. resolves with the policy on the local GPU (or `device=`), with only the threshold variable that
+   release reads (a variable it ignores is not honoured: it is copied to the variable it reads when
+   that one is unset, else left alone, and a note says so);
 3. when rejected: logs the decision at ERROR and raises `StartupRejected` (a PolicyError) with the
    explanation — nothing is written;
 4. writes each decided output into its attribute only where that attribute is unset (None; for
    kv_cache_dtype also "auto", sglang's default, which means "engine decides") — an explicit value
    is never replaced, a compat bundle's different opinion of it is only logged;
-5. sets the dense-attention threshold variable where the engine reads it from the environment
-   (no threshold attribute on the object) and neither SGLANG_NSA_… nor SGLANG_DSA_… is set;
+5. sets the dense-attention threshold variable that release reads (SGLANG_NSA_… up to 0.5.12,
+   SGLANG_DSA_… from 0.5.13) where the engine reads it from the environment (no threshold attribute
+   on the object) and it is unset;
 6. logs exactly one record on `logger` (default "nsa_policy.startup") whose `nsa_policy` attribute
    holds the structured decision and `nsa_decision` the Decision (for DecisionLogHandler).
 Applying twice changes nothing: the second call finds every field it would fill already set.
@@ -24,6 +30,7 @@ called on an already-initialised ServerArgs, apply sees sglang's own defaults as
 """
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 from collections.abc import MutableMapping
@@ -31,29 +38,25 @@ from typing import Any, Mapping, Optional
 
 from pydantic import Field
 
+from nsa_policy.catalog.args import TargetRelease, load_args
 from nsa_policy.engine.decision import Decision
-from nsa_policy.errors import InputError, PolicyError
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, Frozen
-from nsa_policy.inputs import CONFIG_FIELDS, FIELD_ALIASES
+from nsa_policy.errors import InputError, PolicyError
+from nsa_policy.inputs import ATTN_DP_NAMES, CONFIG_FIELDS, FIELD_ALIASES
 
 LOGGER_NAME = "nsa_policy.startup"
 
-# decision output → the attributes that carry it, as sglang spells them (older spelling first).
-TARGETS: dict[str, tuple[str, ...]] = {
-    "kv_cache_dtype": ("kv_cache_dtype",),
-    "prefill_backend": ("nsa_prefill_backend", "dsa_prefill_backend"),
-    "decode_backend": ("nsa_decode_backend", "dsa_decode_backend"),
-    "page_size": ("page_size",),
-    "dense_attn_kv_len_threshold": ("dense_attn_kv_len_threshold", "nsa_prefill_dense_attn_kv_len_threshold",
-                                    "dsa_prefill_dense_attn_kv_len_threshold"),
-}
+_ARGS = load_args()
+# decision output → the attributes that carry it, as sglang spells them (older spelling first), from
+# rules/catalog/sglang-args.yaml.
+TARGETS: dict[str, tuple[str, ...]] = _ARGS.output_targets()
 # "auto" is sglang's default kv_cache_dtype: the user left the choice to the engine.
-UNSET_VALUES: dict[str, tuple[Any, ...]] = {"kv_cache_dtype": (None, "auto")}
+UNSET_VALUES: dict[str, tuple[Any, ...]] = _ARGS.unset_values()
 SAME_VALUE = {"bf16": "bfloat16"}  # sglang's alias: an explicit bf16 agrees with a decided bfloat16
 DSA_SPELLING_MARKERS = ("dsa_prefill_backend", "dsa_decode_backend", "dsa_prefill_dense_attn_kv_len_threshold")
 NSA_ENV, DSA_ENV = THRESHOLD_ENV_VARS
-# sglang's parser stores --tp-size/--dp-size as these; ServerArgs.from_cli_args copies them over later.
-PARSER_DESTS = {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size"}
+# sglang's parser stores --tp-size/--dp-size as these up to 0.5.13; ServerArgs.from_cli_args copies them over later.
+PARSER_DESTS: dict[str, str] = _ARGS.parser_dests()
 
 
 class StartupRejected(PolicyError):
@@ -73,6 +76,9 @@ class Applied(Frozen):
     env_set: dict[str, str] = Field(default_factory=dict, description="environment variable → value set")
     kept: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="attribute → {explicit, decided}: an explicit value the decision differs from, left as is")
+    release: Optional[TargetRelease] = Field(default=None, description="the sglang release served, and how it was found")
+    notes: tuple[str, ...] = Field(
+        default=(), description="what apply noticed about the release (an ignored variable, a guessed release)")
 
     @property
     def changed(self) -> bool:
@@ -104,7 +110,8 @@ class _Args:
             raise InputError(f"server_args.{name}", value, hint=f"cannot be written on {type(self.target).__name__}: {exc}") from None
 
     def serving_config(self) -> dict[str, Any]:
-        names = list(CONFIG_FIELDS) + [a for a in FIELD_ALIASES if len(a) > 2]  # 'tp'/'dp' may mean other things
+        # 'tp'/'dp' may mean other things; attn_dp_size (0.5.22+) is read as the attention-DP width
+        names = list(CONFIG_FIELDS) + [a for a in FIELD_ALIASES if len(a) > 2] + list(ATTN_DP_NAMES)
         values = {n: self.get(n) for n in names if self.has(n) and self.get(n) is not None}
         for dest, field in PARSER_DESTS.items():
             if field not in values and self.get(dest) is not None:
@@ -139,8 +146,8 @@ def explain_rejection(decision: Decision) -> str:
     return "\n".join(lines)
 
 
-def plan(args: _Args, decision: Decision, env: Mapping[str, str]) -> Applied:
-    """What apply would write, without writing it."""
+def plan(args: _Args, decision: Decision, env: Mapping[str, str], threshold_var: Optional[str] = None) -> Applied:
+    """What apply would write, without writing it. `threshold_var`: the variable the target release reads."""
     written: dict[str, Any] = {}
     previous: dict[str, Any] = {}
     env_set: dict[str, str] = {}
@@ -167,10 +174,11 @@ def plan(args: _Args, decision: Decision, env: Mapping[str, str]) -> Applied:
             written[attr] = decided
             previous[attr] = args.get(attr)
         if output == "dense_attn_kv_len_threshold" and not present:
-            if not any(str(env.get(v, "")).strip() for v in THRESHOLD_ENV_VARS):
-                env_set[DSA_ENV if args.uses_dsa_spelling() else NSA_ENV] = str(decided)
+            readable = (threshold_var,) if threshold_var else THRESHOLD_ENV_VARS
+            if not any(str(env.get(v, "")).strip() for v in readable):
+                env_set[threshold_var or (DSA_ENV if args.uses_dsa_spelling() else NSA_ENV)] = str(decided)
             else:
-                var = next(v for v in THRESHOLD_ENV_VARS if str(env.get(v, "")).strip())
+                var = next(v for v in readable if str(env.get(v, "")).strip())
                 if str(env[var]).strip() != str(decided):
                     kept[var] = {"explicit": env[var], "decided": decided}
     return Applied(decision=decision, written=written, previous=previous, env_set=env_set, kept=kept)
@@ -187,6 +195,8 @@ def _record(applied: Applied, status: str) -> dict[str, Any]:
         "provenance": {k: (p.source + (f" {p.detail}" if p.detail else "")) for k, p in d.provenance.items()},
         "written": dict(applied.written), "previous": dict(applied.previous), "env_set": dict(applied.env_set),
         "kept": dict(applied.kept),
+        "sglang": applied.release.model_dump(mode="json") if applied.release else None,
+        "apply_notes": list(applied.notes),
         "warnings": [{"code": f.code, "message": f.message} for f in d.warnings],
         "notes": [{"code": f.code, "message": f.message} for f in d.notes],
         "errors": [{"code": f.code, "message": f.message, "fields": list(f.fields), "alternatives": list(f.alternatives)}
@@ -197,6 +207,8 @@ def _record(applied: Applied, status: str) -> dict[str, Any]:
 def _message(applied: Applied, status: str) -> str:
     d = applied.decision
     head = f"nsa-policy {d.policy} ({d.policy_digest}) on {d.device} ({d.device_class}), model {d.model or d.architecture}"
+    if applied.release is not None:
+        head += f", for {applied.release.describe()}"
     if status == "rejected":
         return explain_rejection(d)
     if status == "not_applicable":
@@ -219,17 +231,68 @@ def _message(applied: Applied, status: str) -> str:
                                                for k, v in applied.kept.items())
     for f in d.warnings:
         text += f"\n  warning {f.code}: {f.message}"
+    for note in applied.notes:
+        text += f"\n  note: {note}"
     return text
 
 
+THRESHOLD = "dense_attn_kv_len_threshold"
+
+
+def running_release(server_args: Any, sglang_version: Optional[str] = None) -> TargetRelease:
+    """The sglang release `server_args` belongs to: the given version, this process's installed sglang
+    (importlib.metadata; sglang is not imported), else what the object's attribute names allow."""
+    reg = load_args()
+    if sglang_version is not None:
+        return reg.target(sglang_version, "sglang_version=")
+    try:
+        return reg.target(importlib.metadata.version("sglang"), "importlib.metadata in this process")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    args = server_args if isinstance(server_args, _Args) else _Args(server_args)
+    # the newest release whose attribute for the prefill backend the object carries (nsa_* → 0.5.12.post1)
+    fits = [r for r in reg.releases if args.has(reg.attribute_for("dsa_prefill_backend", r) or "")]
+    if fits:
+        found = reg.target(fits[-1], "no sglang installed in this process; the newest release with the object's "
+                                     f"{reg.attribute_for('dsa_prefill_backend', fits[-1])} attribute")
+        return found.model_copy(update={"note": f"sglang is not installed in this process: assuming {fits[-1]} from the "
+                                                 "argument names; pass sglang_version= to choose"})
+    return reg.target(None, "no sglang installed in this process")
+
+
+def release_env(env: Mapping[str, str], release: TargetRelease) -> tuple[str, dict[str, str], list[str]]:
+    """(the threshold variable the release reads, variables to set so that it reads what the user set, notes).
+
+    A threshold set only under a name the release ignores (SGLANG_NSA_… on 0.5.13+, SGLANG_DSA_… before)
+    is copied to the name it reads when that one is unset; when both are set the ignored one is left alone."""
+    reg = load_args()
+    read = reg.env_var_read(THRESHOLD, release.version)
+    assert read is not None  # every release reads one (registry test)
+    add: dict[str, str] = {}
+    notes: list[str] = []
+    for var, why in reg.env_vars_ignored(THRESHOLD, release.version).items():
+        value = str(env.get(var, "")).strip()
+        if not value:
+            continue
+        if not str(env.get(read, "")).strip() and read not in add:
+            add[read] = value
+            notes.append(f"{var}={value} is not read by sglang {release.version} ({why}); set {read}={value} instead")
+        else:
+            used = env.get(read) or add.get(read)
+            notes.append(f"{var}={value} is not read by sglang {release.version} ({why}); {read}={used} is")
+    return read, add, notes
+
+
 def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", model: Any = None,
-          env: Optional[MutableMapping[str, str]] = None, logger: Optional[logging.Logger] = None) -> Applied:
+          env: Optional[MutableMapping[str, str]] = None, logger: Optional[logging.Logger] = None,
+          sglang_version: Optional[str] = None) -> Applied:
     """Resolve from `server_args` and write the decision into its unset fields (see the module doc).
 
     server_args: argparse.Namespace, a dataclass / ServerArgs, or a mutable mapping, with sglang's names.
     device: "auto" (the local GPU through NVML), a catalog name, a capability spec or DeviceFacts.
     model: None = server_args.model_path; else a catalog id, a path, or a config mapping.
     env: where the threshold variable is read and set (default os.environ).
+    sglang_version: the release served (default: this process's installed sglang; see running_release).
     Raises InputError for arguments that cannot be read, StartupRejected (a PolicyError) when rejected.
     """
     from nsa_policy.api import resolve
@@ -237,20 +300,34 @@ def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", mo
     args = _Args(server_args)
     env = os.environ if env is None else env
     logger = logger or logging.getLogger(LOGGER_NAME)
-    decision = resolve(args.serving_config(), device=device, model=model, policy=policy, env=env,
+    release = running_release(args, sglang_version)
+    read_var, translated, notes = release_env(env, release)
+    if release.note:
+        notes.insert(0, release.note)
+    if any(args.has(a) for a in TARGETS[THRESHOLD]):
+        translated = {}  # the engine takes the threshold from the object, not from the environment
+    # the policy sees only what the release reads: never a threshold from a variable it ignores
+    ignored = set(load_args().env_vars_ignored(THRESHOLD, release.version))
+    policy_env = {k: v for k, v in env.items() if k not in ignored}
+    policy_env.update(translated)
+    decision = resolve(args.serving_config(), device=device, model=model, policy=policy, env=policy_env,
                        raise_on_error=False)
-    applied = plan(args, decision, env)
+    planned = plan(args, decision, policy_env, read_var)
     status = "rejected" if decision.errors else ("applied" if decision.applies else "not_applicable")
+    env_set = {**translated, **planned.env_set} if status == "applied" else {}
+    applied = planned.model_copy(update={"release": release, "notes": tuple(notes), "env_set": env_set})
     if status == "applied":
         for attr, value in applied.written.items():
             args.set(attr, value)
         for var, value in applied.env_set.items():
             env[var] = value
-    level = logging.ERROR if status == "rejected" else (logging.WARNING if decision.warnings or applied.kept else logging.INFO)
+    level = logging.ERROR if status == "rejected" else (
+        logging.WARNING if decision.warnings or applied.kept or notes else logging.INFO)
     logger.log(level, _message(applied, status), extra={
         "nsa_policy": _record(applied, status), "nsa_decision": decision,
         "nsa_context": {"status": status, "written": dict(applied.written), "previous": dict(applied.previous),
-                        "env_set": dict(applied.env_set), "kept": dict(applied.kept)}})
+                        "env_set": dict(applied.env_set), "kept": dict(applied.kept),
+                        "sglang": release.model_dump(mode="json"), "notes": list(notes)}})
     if status == "rejected":
         raise StartupRejected(decision)
     return applied

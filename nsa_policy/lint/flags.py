@@ -1,21 +1,23 @@
-"""Which sglang server arguments exist: ServingConfig's fields, their aliases, and a curated list.
+"""Which sglang server arguments exist: the argument registry, ServingConfig's fields, and a curated list.
 
-The curated list is data (rules/lint/sglang-flags.yaml). An unknown argument is reported only
-when it is a typo's reach from a known one; sglang has far more flags than any list here.
+Every argument the policy reads or writes, with its spellings across releases, comes from the one
+registry (rules/catalog/sglang-args.yaml, nsa_policy.catalog.args); the curated list of the other
+sglang flags is data (rules/lint/sglang-flags.yaml). An unknown argument is reported only when it
+is a typo's reach from a known one; sglang has far more flags than any list here.
 """
 from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 
+from nsa_policy.catalog.args import ArgRegistry, load_args
+from nsa_policy.catalog.paths import rules_dir
 from nsa_policy.engine.facts import ServingConfig
 from nsa_policy.inputs import FIELD_ALIASES
-from nsa_policy.catalog.paths import rules_dir
-
 
 _DSA_FIELDS = frozenset({"kv_cache_dtype", "nsa_prefill_backend", "nsa_decode_backend", "enable_hisparse",
                          "dense_attn_kv_len_threshold"})
@@ -44,9 +46,13 @@ def field_kind(field: str) -> str:
 
 
 class FlagRegistry:
-    def __init__(self, data: dict):
-        self.dsa_spelling_since: str = str(data["dsa_spelling_since"])
-        self.deprecated: dict[str, str] = {old: new for old, new in data.get("deprecated_spellings") or []}
+    def __init__(self, data: dict[str, Any], args: Optional[ArgRegistry] = None):
+        args = args or load_args()
+        self.args = args  # the argument registry: per-release status, choices, variables
+        # NSA was renamed DSA in the first release where the --nsa-* backend flags became deprecated aliases.
+        self.dsa_spelling_since: str = next(sp.deprecated for sp in args.argument("dsa_prefill_backend").spellings
+                                            if sp.flag == "--nsa-prefill-backend" and sp.deprecated)
+        self.deprecated: dict[str, str] = _renamed(args, self.dsa_spelling_since)
         store_true = set(data.get("store_true") or [])
         valued = set(data.get("valued") or [])
         aliases: dict[str, str] = dict(data.get("aliases") or {})
@@ -59,6 +65,12 @@ class FlagRegistry:
         for alias, field in FIELD_ALIASES.items():
             name = _kebab(alias)
             known[name] = FlagInfo(name, _kebab(field), field, field_kind(field) != "bool")
+        for arg in args.arguments.values():
+            canonical = _kebab(arg.field) if arg.field else args.cli_flags(arg.name)[0][2:]
+            for sp in arg.spellings:
+                name = sp.flag[2:]
+                if name not in known:
+                    known[name] = FlagInfo(name, canonical, arg.field, arg.type != "bool")
         for alias, target in aliases.items():
             base = known[target]
             known[alias] = FlagInfo(alias, base.canonical, base.field, base.takes_value)
@@ -92,6 +104,30 @@ class FlagRegistry:
         """A key only an sglang DSA configuration uses (marks a mapping or a list as server arguments)."""
         info = self.get(name)
         return info is not None and info.field in _DSA_FIELDS
+
+
+def _renamed(args: ArgRegistry, since: str) -> dict[str, str]:
+    """Old NSA spelling → its DSA spelling: flags (without dashes) and environment variables renamed in `since`.
+
+    Only the arguments the policy reads; the per-release status of every spelling (CP flags included)
+    is `self.args.status(flag, release)`."""
+    out: dict[str, str] = {}
+    for arg in args.arguments.values():
+        if arg.field is None:
+            continue
+        new = args.spelling_for(arg.name, since)
+        for sp in arg.spellings:
+            if sp.deprecated == since and "nsa-" in sp.flag and new:
+                out[sp.flag[2:]] = new[2:]
+        own = {sp.flag for sp in arg.spellings if sp.nsa_policy_only}
+        for flag in own:  # nsa-policy's own threshold flags follow the same rename
+            if "--nsa-" in flag and flag.replace("--nsa-", "--dsa-") in own:
+                out[flag[2:]] = flag.replace("--nsa-", "--dsa-")[2:]
+        read = args.env_var_read(arg.name, since)
+        for var in args.env_vars_ignored(arg.name, since):
+            if read and "_NSA_" in var:
+                out[var] = read
+    return out
 
 
 def edit_distance(a: str, b: str, cap: int) -> int:

@@ -37,7 +37,7 @@ EXPECTED = {
     "config/server.toml": [("NSA001", 7), ("NSA003", 8), ("NSA403", 8)],
     # A misspelt backend (closest suggested) and a misspelt key.
     "config/sglang.json": [("NSA002", 5), ("NSA401", 6)],
-    # The 128k override in an env file that targets sglang 0.5.12 (old spelling); no device, no model.
+    # The 128k override in an env file that targets sglang 0.5.13 (old spelling); no device, no model.
     "env/sglang.env": [("NSA202", 3), ("NSA402", 3), ("NSA405", 3), ("NSA408", 3)],
     "broken/values.yaml": [("NSA404", 4)],
     "broken/config.json": [("NSA404", 4)],

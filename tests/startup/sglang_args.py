@@ -36,3 +36,32 @@ def sglang_parser(*, dsa: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     return p
+
+
+DSA_BACKENDS_0_5_23 = ["flashmla_sparse", "flashmla_sparse_q8", "flashmla_kv", "flashmla_auto", "flashinfer_sparse_mla",
+                       "triton_sparse_mla", "fa3", "tilelang", "triton", "aiter", "trtllm", "intel_xpu"]
+
+
+def sglang_0_5_23_parser() -> argparse.ArgumentParser:
+    """sglang 0.5.23's spellings of the same arguments, written by hand from its wheel
+    (arg_groups/fields/{parallel,exec_}.py, server_args.py): dests are the field names, no --nsa-*,
+    --attn-dp-size, and --enable-dp-attention only as a deprecated switch."""
+    p = argparse.ArgumentParser(prog="sglang serve", allow_abbrev=True)
+    p.add_argument("--model-path", "--model", type=str, required=True)
+    p.add_argument("--host", type=str, default="127.0.0.1")
+    p.add_argument("--kv-cache-dtype", type=str, default="auto",
+                   choices=KV_DTYPES[:-1] + ["mxfp8", "nvfp4", "fp4_mx_block16"])
+    p.add_argument("--quantization", type=str, default=None)
+    p.add_argument("--page-size", type=int, default=None)
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
+    p.add_argument("--attn-dp-size", "--attention-data-parallel-size", dest="attn_dp_size", type=int, default=1)
+    p.add_argument("--enable-dp-attention", action="store_true")
+    p.add_argument("--attention-backend", type=str, default=None)
+    p.add_argument("--dsa-prefill-backend", type=str, default=None, choices=DSA_BACKENDS_0_5_23)
+    p.add_argument("--dsa-decode-backend", type=str, default=None,
+                   choices=[b for b in DSA_BACKENDS_0_5_23 if b != "triton_sparse_mla"])
+    p.add_argument("--enable-hisparse", action="store_true")
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--speculative-algorithm", type=str, default=None)
+    return p

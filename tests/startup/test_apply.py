@@ -125,10 +125,22 @@ def test_threshold_goes_into_an_attribute_when_the_engine_has_one() -> None:
     assert args.dense_attn_kv_len_threshold == 2048 and env == {}
 
 
-def test_either_threshold_variable_counts_as_set() -> None:
+def test_a_threshold_under_the_name_the_release_ignores_is_carried_to_the_name_it_reads() -> None:
+    # the nsa_* namespace is 0.5.10-0.5.12's shape: those releases read only SGLANG_NSA_…
     env = {DSA_ENV: "1024"}
     applied = apply(parse(), device="h200", env=env)
-    assert env == {DSA_ENV: "1024"} and applied.decision.dense_attn_kv_len_threshold == 1024
+    assert env == {DSA_ENV: "1024", NSA_ENV: "1024"} and applied.env_set == {NSA_ENV: "1024"}
+    assert applied.decision.dense_attn_kv_len_threshold == 1024
+    assert applied.release.version == "0.5.12.post1" and any(DSA_ENV in n and "not read" in n for n in applied.notes)
+    # 0.5.23 ignores SGLANG_NSA_…: with only that one set, apply sets SGLANG_DSA_… to the user's value
+    env = {NSA_ENV: "4096"}
+    applied = apply(parse(dsa=True), device="h200", env=env, sglang_version="0.5.23")
+    assert env == {NSA_ENV: "4096", DSA_ENV: "4096"} and applied.decision.dense_attn_kv_len_threshold == 4096
+    # both set: the release reads its own; the other is neither honoured nor touched
+    env = {NSA_ENV: "4096", DSA_ENV: "1024"}
+    applied = apply(parse(dsa=True), device="h200", env=env, sglang_version="0.5.23")
+    assert env == {NSA_ENV: "4096", DSA_ENV: "1024"} and applied.decision.dense_attn_kv_len_threshold == 1024
+    assert not applied.changed or applied.env_set == {}
 
 
 def test_not_a_dsa_model_writes_nothing(tmp_path) -> None:

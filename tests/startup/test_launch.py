@@ -1,9 +1,12 @@
-"""`nsa-policy launch`: flags read from the command, the missing ones added, the exact final command."""
+"""`nsa-policy launch`: the target release, flags read from the command and respelt for that release,
+the missing ones added, the exact final command."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -12,15 +15,19 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import InputError
-from nsa_policy.integration.launch import parse_command, plan_launch
+from nsa_policy.integration.launch import command_interpreter, detect_sglang_version, parse_command, plan_launch
 
-from .sglang_args import sglang_parser
+from .sglang_args import sglang_0_5_23_parser, sglang_parser
 
 DS = "deepseek-ai/DeepSeek-V3.2"
 REPO = Path(__file__).resolve().parents[2]
 NSA_ENV = "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"
 DSA_ENV = "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"
 CLEAN = {NSA_ENV: None, DSA_ENV: None}
+SERVER = ["python", "-m", "sglang.launch_server"]
+QUIET = logging.getLogger("nsa_policy.tests.launch")
+QUIET.propagate = False
+QUIET.addHandler(logging.NullHandler())
 
 
 def run_cli(*args: str, env: dict | None = None):
@@ -29,63 +36,134 @@ def run_cli(*args: str, env: dict | None = None):
     return CliRunner().invoke(app, list(args), env={**CLEAN, **(env or {})})
 
 
-def test_dry_run_prints_the_exact_final_command() -> None:
-    result = run_cli("launch", "--dry-run", "--device", "h200", "--", "python", "-m", "sglang.launch_server",
-                     "--model-path", DS, "--tp-size", "8", "--host", "0.0.0.0")
-    assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == (
+def plan(*args: str, release: str | None, device: str = "b200", env: dict | None = None, **kw):
+    return plan_launch(SERVER + ["--model-path", DS, *args], device=device, env=env or {}, sglang_version=release,
+                       logger=QUIET, **kw)
+
+
+def test_dry_run_prints_the_exact_final_command_in_the_releases_spelling() -> None:
+    old = run_cli("launch", "--dry-run", "--device", "h200", "--sglang-version", "0.5.10", "--", *SERVER,
+                  "--model-path", DS, "--tp-size", "8", "--host", "0.0.0.0")
+    assert old.exit_code == 0, old.output
+    assert old.stdout.strip() == (
         f"{NSA_ENV}=2048 python -m sglang.launch_server --model-path {DS} --tp-size 8 --host 0.0.0.0 "
         "--kv-cache-dtype bfloat16 --nsa-prefill-backend flashmla_sparse --nsa-decode-backend fa3 --page-size 64")
-    assert "NSA205" in result.stderr  # the decision (with its warnings) goes to stderr
+    assert "NSA205" in old.stderr  # the decision (with its warnings) goes to stderr
+    assert "target sglang 0.5.10 (--sglang-version)" in old.stderr
+    new = run_cli("launch", "--dry-run", "--device", "h200", "--sglang-version", "0.5.23", "--", *SERVER,
+                  "--model-path", DS, "--tp-size", "8")
+    assert new.stdout.strip() == (
+        f"{DSA_ENV}=2048 python -m sglang.launch_server --model-path {DS} --tp-size 8 "
+        "--kv-cache-dtype bfloat16 --dsa-prefill-backend flashmla_sparse --dsa-decode-backend fa3 --page-size 64")
 
 
-def test_dry_run_quotes_for_the_shell_and_the_result_parses_with_sglangs_flags() -> None:
-    result = run_cli("launch", "--dry-run", "--device", "b200", "--", "python", "-m", "sglang.launch_server",
-                     "--model-path", DS, "--chat-template", "my template.jinja", "--kv-cache-dtype=auto")
-    assert result.exit_code == 0, result.output
-    line = result.stdout.strip()
-    assert "'my template.jinja'" in line
-    words = shlex.split(line)
-    assert words[0] == f"{NSA_ENV}=2048"
-    assert "--kv-cache-dtype=fp8_e4m3" in words  # the explicit 'auto' rewritten in place, not duplicated
-    parser = sglang_parser()
-    parser.add_argument("--chat-template")
-    ns = parser.parse_args(words[4:])
-    assert (ns.kv_cache_dtype, ns.nsa_prefill_backend, ns.nsa_decode_backend, ns.page_size) == \
-        ("fp8_e4m3", "trtllm", "trtllm", 64)
+def test_dry_run_quotes_for_the_shell_and_the_result_parses_with_the_releases_flags() -> None:
+    for release, parser, prefix in (("0.5.10", sglang_parser(), "nsa"), ("0.5.23", sglang_0_5_23_parser(), "dsa")):
+        result = run_cli("launch", "--dry-run", "--device", "b200", "--sglang-version", release, "--", *SERVER,
+                         "--model-path", DS, "--chat-template", "my template.jinja", "--kv-cache-dtype=auto")
+        assert result.exit_code == 0, result.output
+        line = result.stdout.strip()
+        assert "'my template.jinja'" in line
+        words = shlex.split(line)
+        assert words[0] == f"{NSA_ENV if prefix == 'nsa' else DSA_ENV}=2048"
+        assert "--kv-cache-dtype=fp8_e4m3" in words  # the explicit 'auto' rewritten in place, not duplicated
+        parser.add_argument("--chat-template")
+        ns = vars(parser.parse_args(words[4:]))
+        assert (ns["kv_cache_dtype"], ns[f"{prefix}_prefill_backend"], ns[f"{prefix}_decode_backend"], ns["page_size"]) == \
+            ("fp8_e4m3", "trtllm", "trtllm", 64)
 
 
 def test_flags_already_given_are_kept_and_only_the_rest_added() -> None:
-    plan = plan_launch(["sglang", "serve", "--model", DS, "--kv-cache-dtype", "fp8_e4m3", "--nsa-decode-backend",
-                        "flashmla_kv"], device="h200", env={NSA_ENV: "1024"})
-    assert plan.argv[6:] == ("--nsa-decode-backend", "flashmla_kv", "--nsa-prefill-backend", "flashmla_kv",
-                             "--page-size", "64")
-    assert plan.env_additions == {}  # the user's variable stands
+    p = plan_launch(["sglang", "serve", "--model", DS, "--kv-cache-dtype", "fp8_e4m3", "--nsa-decode-backend",
+                     "flashmla_kv"], device="h200", env={NSA_ENV: "1024"}, sglang_version="0.5.12", logger=QUIET)
+    assert p.argv[6:] == ("--nsa-decode-backend", "flashmla_kv", "--nsa-prefill-backend", "flashmla_kv",
+                          "--page-size", "64")
+    assert p.env_additions == {} and p.rewritten == ()  # the user's variable stands; 0.5.12 reads it
 
 
-def test_dsa_spelling_follows_the_command() -> None:
-    plan = plan_launch(["python", "-m", "sglang.launch_server", "--model-path", DS, "--dsa-decode-backend", "trtllm"],
-                       device="b200", env={})
-    assert plan.argv[-6:] == ("--kv-cache-dtype", "fp8_e4m3", "--dsa-prefill-backend", "trtllm", "--page-size", "64")
-    assert plan.env_additions == {DSA_ENV: "2048"}
+@pytest.mark.parametrize("release, status", [("0.5.13", "deprecated alias"), ("0.5.20", "refused by the parser")])
+def test_the_commands_own_old_spellings_are_respelt_for_the_release(release, status) -> None:
+    p = plan("--nsa-decode-backend", "trtllm", "--nsa-prefill-backend=trtllm", release=release)
+    assert "--nsa-decode-backend" not in " ".join(p.argv)
+    assert p.argv[5:9] == ("--dsa-decode-backend", "trtllm", "--dsa-prefill-backend=trtllm", "--kv-cache-dtype")
+    assert p.rewritten == (f"--nsa-decode-backend → --dsa-decode-backend (sglang {release}: {status})",
+                           f"--nsa-prefill-backend → --dsa-prefill-backend (sglang {release}: {status})")
+    assert p.env_additions == {DSA_ENV: "2048"}
+
+
+def test_dp_attention_becomes_attn_dp_size_where_deprecated_and_heads_per_rank_follow() -> None:
+    p = plan("--tp-size", "8", "--dp-size", "8", "--enable-dp-attention", release="0.5.23")
+    assert "--enable-dp-attention" not in p.argv and p.argv[5:9] == ("--tp-size", "8", "--attn-dp-size", "8")
+    assert p.decision.heads_per_rank == 128  # 128 heads, attention TP 1
+    assert plan("--tp-size", "8", "--attn-dp-size", "8", release="0.5.23").decision.heads_per_rank == 128
+    assert plan("--tp-size", "8", "--dp-size", "8", release="0.5.23").decision.heads_per_rank == 16  # replicas only
+    kept = plan("--tp-size", "8", "--dp-size", "8", "--enable-dp-attention", release="0.5.21")
+    assert "--enable-dp-attention" in kept.argv and kept.decision.heads_per_rank == 128 and kept.rewritten == ()
+    ns = vars(sglang_0_5_23_parser().parse_args(list(p.argv[3:])))
+    assert (ns["attn_dp_size"], ns["dp_size"], ns["enable_dp_attention"]) == (8, 1, False)
+
+
+def test_threshold_variable_the_release_ignores_is_carried_and_the_decision_uses_what_sglang_reads() -> None:
+    p = plan(release="0.5.20", env={NSA_ENV: "4096"})  # 0.5.13-0.5.20 ignore the old name for the threshold
+    assert p.env_additions == {DSA_ENV: "4096"} and p.decision.dense_attn_kv_len_threshold == 4096
+    assert any(NSA_ENV in n and "not read by sglang 0.5.20" in n for n in p.notes)
+    both = plan(release="0.5.23", env={NSA_ENV: "4096", DSA_ENV: "1024"})
+    assert both.env_additions == {} and both.decision.dense_attn_kv_len_threshold == 1024
+    flag = plan("--dense-attn-kv-len-threshold", "512", release="0.5.23", env={DSA_ENV: "1024"})
+    assert "--dense-attn-kv-len-threshold" not in flag.argv  # nsa-policy's flag: sglang has none
+    assert flag.env_additions == {DSA_ENV: "512"} and flag.decision.dense_attn_kv_len_threshold == 512
+
+
+def test_what_the_release_cannot_take_is_an_error_not_a_command_that_will_not_start() -> None:
+    with pytest.raises(InputError) as exc:
+        plan("--attn-dp-size", "8", release="0.5.21")
+    assert exc.value.field == "--attn-dp-size" and "0.5.22" in str(exc.value)
+    with pytest.raises(InputError) as exc:
+        plan("--dsa-prefill-backend", "triton", release="0.5.19")
+    assert exc.value.field == "--dsa-prefill-backend" and "trtllm" in exc.value.valid
+    with pytest.raises(InputError) as exc:
+        plan("--sglang-version", "0.5.23", release="0.5.23")
+    assert "before the command" in str(exc.value)
+
+
+def test_launch_refuses_its_own_unknown_options() -> None:
+    result = run_cli("launch", "--sglang-versio", "0.5.23", "--dry-run", "--device", "h200", "--", *SERVER,
+                     "--model-path", DS)
+    assert result.exit_code == 2 and "--sglang-versio" in result.output and result.stdout.count("sglang.launch_server") == 0
+
+
+def test_dry_run_shows_the_release_on_its_own_what_nsa_policy_adds_and_the_final_decision() -> None:
+    result = run_cli("launch", "--dry-run", "--json", "--device", "b200", "--sglang-version", "0.5.10", "--", *SERVER,
+                     "--model-path", DS, "--nsa-prefill-backend", "flashmla_sparse")
+    data = json.loads(result.stdout)
+    assert data["sglang"]["version"] == "0.5.10" and data["sglang"]["source"] == "--sglang-version"
+    assert data["engine"]["bundle"] == "sglang-0.5.10"
+    engine, final = data["engine"]["decision"], data["decision"]
+    # sglang 0.5.10 overwrites the explicit prefill with trtllm for fp8 on Blackwell; nsa-policy keeps it
+    assert engine["prefill_backend"] == "trtllm" and final["prefill_backend"] == "flashmla_sparse"
+    assert data["added_flags"] and shlex.split(data["command"])[1:] == data["argv"]
+    text = run_cli("launch", "--dry-run", "--device", "b200", "--sglang-version", "0.5.10", "--", *SERVER,
+                   "--model-path", DS, "--nsa-prefill-backend", "flashmla_sparse")
+    assert "sglang 0.5.10 on its own (sglang-0.5.10): " in text.stderr
+    assert "with nsa-policy default: prefill_backend: trtllm → flashmla_sparse" in text.stderr
 
 
 def test_json_dry_run_and_rejection() -> None:
-    ok = run_cli("launch", "--dry-run", "--json", "--device", "h200", "--", "python", "-m", "sglang.launch_server",
+    ok = run_cli("launch", "--dry-run", "--json", "--device", "h200", "--sglang-version", "0.5.10", "--", *SERVER,
                  "--model-path", DS)
     data = json.loads(ok.stdout)
     assert data["env"] == {NSA_ENV: "2048"} and data["decision"]["decode_backend"] == "fa3"
     assert shlex.split(data["command"])[1:] == data["argv"]
-    bad = run_cli("launch", "--dry-run", "--device", "rtx-pro-6000", "--", "python", "-m", "sglang.launch_server",
-                  "--model-path", DS, "--kv-cache-dtype", "bf16")
+    bad = run_cli("launch", "--dry-run", "--device", "rtx-pro-6000", "--", *SERVER, "--model-path", DS,
+                  "--kv-cache-dtype", "bf16")
     assert bad.exit_code == 1 and bad.stdout == ""
     assert "NSA106" in bad.stderr and "valid here: fp8_e4m3" in bad.stderr
 
 
 @pytest.mark.parametrize("argv, field", [
-    (["python", "-m", "sglang.launch_server", "--model-path", DS, "--page-size"], "--page-size"),
-    (["python", "-m", "sglang.launch_server", "--model-path", DS, "--tp-size", "eight"], "--tp-size"),
-    (["python", "-m", "sglang.launch_server", "--model-path", DS, "--enable-dp-attention=yes"], "--enable-dp-attention"),
+    (SERVER + ["--model-path", DS, "--page-size"], "--page-size"),
+    (SERVER + ["--model-path", DS, "--tp-size", "eight"], "--tp-size"),
+    (SERVER + ["--model-path", DS, "--enable-dp-attention=yes"], "--enable-dp-attention"),
 ])
 def test_malformed_flags_name_the_flag(argv, field) -> None:
     with pytest.raises(InputError) as exc:
@@ -97,19 +175,60 @@ def test_malformed_flags_name_the_flag(argv, field) -> None:
 
 def test_missing_command_and_unknown_model_are_usage_errors() -> None:
     assert run_cli("launch", "--device", "h200").exit_code == 2
-    result = run_cli("launch", "--dry-run", "--device", "h200", "--", "python", "-m", "sglang.launch_server",
-                     "--model-path", "deepseek-ai/DeepSeek-V3.3")
+    result = run_cli("launch", "--dry-run", "--device", "h200", "--", *SERVER, "--model-path", "deepseek-ai/DeepSeek-V3.3")
     assert result.exit_code == 2 and "did you mean 'deepseek-ai/DeepSeek-V3.2'" in result.stderr
+
+
+def _fake_interpreter(tmp_path: Path, version: str | None) -> Path:
+    """A `python` that is this interpreter with a site folder holding only an sglang-<version> dist-info."""
+    site = tmp_path / "site"
+    site.mkdir()
+    if version:
+        info = site / f"sglang-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    python = bindir / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return python
+
+
+def test_the_release_is_asked_of_the_commands_own_interpreter(tmp_path: Path) -> None:
+    python = _fake_interpreter(tmp_path, "0.5.13")
+    assert command_interpreter([str(python), "-m", "sglang.launch_server"]) == str(python)
+    assert detect_sglang_version([str(python), "-m", "sglang.launch_server"]) == ("0.5.13", f"importlib.metadata of {python}")
+    p = plan_launch([str(python), "-m", "sglang.launch_server", "--model-path", DS], device="b200", env={}, logger=QUIET)
+    assert p.release.version == "0.5.13" and p.release.source == f"importlib.metadata of {python}"
+    assert "--dsa-prefill-backend" in p.argv and p.env_additions == {DSA_ENV: "2048"}
+    entry = tmp_path / "bin" / "sglang"
+    entry.write_text(f"#!{python}\n# an entry point script\n")
+    entry.chmod(entry.stat().st_mode | stat.S_IXUSR)
+    assert command_interpreter([str(entry), "serve"]) == str(python)
+    override = plan_launch([str(python), "-m", "sglang.launch_server", "--model-path", DS], device="b200", env={},
+                           sglang_version="0.5.12", logger=QUIET)
+    assert override.release.source == "--sglang-version" and "--nsa-prefill-backend" in override.argv
+
+
+def test_an_unknown_release_targets_the_newest_known_with_a_note(tmp_path: Path) -> None:
+    python = _fake_interpreter(tmp_path, None)
+    p = plan_launch([str(python), "-m", "sglang.launch_server", "--model-path", DS], device="b200", env={}, logger=QUIET)
+    from nsa_policy.catalog.args import load_args
+
+    assert p.release.version == load_args().newest and p.release.source.startswith("unknown: no sglang installed for")
+    assert any("--sglang-version" in n for n in p.notes)
+    assert detect_sglang_version(["torchrun", "x.py"])[0] is None
 
 
 def test_launch_execs_the_final_command_with_the_env_addition(tmp_path: Path) -> None:
     # A real exec: the "server" is a Python one-liner that reports the argv and variable it received.
-    probe = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('%s')]))" % NSA_ENV
+    probe = f"import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('{NSA_ENV}')]))"
     env = {k: v for k, v in os.environ.items() if k not in CLEAN}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-m", "nsa_policy.cli", "launch", "--device", "h200", "--log-decisions",
-                          str(tmp_path / "d.jsonl"), "--", sys.executable, "-c", probe, "--model-path", DS],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "nsa_policy.cli", "launch", "--device", "h200", "--sglang-version", "0.5.10",
+                          "--log-decisions", str(tmp_path / "d.jsonl"), "--", sys.executable, "-c", probe,
+                          "--model-path", DS], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     argv, var = json.loads(out.stdout)
     assert argv == ["--model-path", DS, "--kv-cache-dtype", "bfloat16", "--nsa-prefill-backend", "flashmla_sparse",
@@ -119,3 +238,4 @@ def test_launch_execs_the_final_command_with_the_env_addition(tmp_path: Path) ->
 
     [entry] = read_decision_log(tmp_path / "d.jsonl")
     assert entry.origin == "nsa_policy.launch" and entry.context["env_set"] == {NSA_ENV: "2048"}
+    assert entry.context["sglang"]["version"] == "0.5.10"

@@ -1,0 +1,106 @@
+"""Catalog commands: `devices`, `models`, `backends`, `policies` and `schema` (what nsa-policy knows)."""
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import typer
+
+from nsa_policy.commands._common import fail_usage
+from nsa_policy.errors import InputError, NsaPolicyError
+
+
+def register(app: typer.Typer) -> None:
+    for command in (devices, models, backends, policies, schema):
+        app.command(command.__name__)(command)
+
+
+def schema(
+    name: Optional[str] = typer.Argument(None, help="One of: device, model, config, decision, facts (default: all)."),
+) -> None:
+    """Print the JSON Schema of the facts and of the decision."""
+    from pydantic import BaseModel
+
+    from nsa_policy import Decision, DeviceFacts, Facts, ModelFacts, ServingConfig
+
+    models: dict[str, type[BaseModel]] = {"device": DeviceFacts, "model": ModelFacts, "config": ServingConfig,
+                                          "facts": Facts, "decision": Decision}
+    if name is not None and name not in models:
+        raise fail_usage(InputError("schema", name, list(models)))
+    chosen = {name: models[name]} if name else models
+    print(json.dumps({k: m.model_json_schema() for k, m in chosen.items()}, indent=2))
+
+
+def devices(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the device catalog and the capability specs."""
+    from nsa_policy.catalog.store import load_catalog
+
+    cat = load_catalog()
+    rows = [{"name": n, **cat.device(n).model_dump(mode="json", exclude={"name"})} for n in cat.device_choices]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    for r in rows:
+        cc = ".".join(map(str, r["compute_capability"])) if r["compute_capability"] else "-"
+        print(f"{r['name']:<14} {r['device_class']:<7} {r['vendor']:<7} cc {cc:<5} "
+              f"{(str(r['memory_gb']) + ' GB') if r['memory_gb'] else '':<9} {r['product_name'] or '(capability spec)'}")
+
+
+def models(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the model catalog."""
+    from nsa_policy.catalog.store import load_catalog
+
+    cat = load_catalog()
+    rows = [cat.model(m).model_dump(mode="json") for m in cat.model_ids]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    for r in rows:
+        print(f"{r['model_id']:<38} {r['family']:<14} {r['architecture']:<26} "
+              f"topk {r['index_topk']} heads {r['num_attention_heads']}")
+
+
+def backends(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the backends and where each runs (the capability matrix)."""
+    from nsa_policy.catalog.store import KV_DTYPES, PHASES, load_catalog
+
+    cat = load_catalog()
+    rows: list[dict[str, Any]] = []
+    for name, spec in cat.backends.items():
+        where: dict[str, list[str]] = {}
+        for cls in cat.device_doc.classes:
+            for kv in KV_DTYPES:
+                for phase in PHASES:
+                    cap = cat.capability(name, cls, kv, phase)
+                    if cap.runs:
+                        where.setdefault(f"{cls}", []).append(f"{phase}/{kv}" + ("*" if cap.status == "degraded" else ""))
+        rows.append({"backend": name, "phases": spec.phases, "package": spec.package, "description": spec.description,
+                     "runs_on": where})
+    if as_json:
+        print(json.dumps(rows))
+        return
+    for r in rows:
+        print(f"{r['backend']:<22} {','.join(r['phases']):<15} {r['description']}")
+        for cls, cells in r["runs_on"].items():
+            print(f"    {cls:<7} {', '.join(cells)}")
+    print("(* = runs, degraded)")
+
+
+def policies(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the shipped policy bundles."""
+    from nsa_policy.engine.bundle import concrete_bundles, get_bundle
+
+    try:
+        rows = []
+        for name in concrete_bundles():
+            b = get_bundle(name)
+            rows.append({"name": b.name, "digest": b.digest, "compat": b.compat, "extends": list(b.chain[:-1]),
+                         "rules": len(b.rules), "description": b.description})
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, as_json) from None
+    if as_json:
+        print(json.dumps(rows))
+        return
+    for r in rows:
+        kind = "compat" if r["compat"] else "policy"
+        print(f"{r['name']:<18} {kind:<6} {r['rules']:>3} rules  {r['digest']}  {r['description']}")

@@ -1,0 +1,152 @@
+"""`nsa-policy resolve`: the DSA serving decision for a device and model (or a mixed fleet).
+
+The serving flags are generated from the argument registry (rules/catalog/sglang-args.yaml): every
+spelling any sglang release accepts for an argument the policy reads, plus nsa-policy's own
+(--tp, --dp, --dense-attn-kv-len-threshold).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from typing import Any, Callable, Optional
+
+import typer
+
+from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_usage
+from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError
+
+_TYPES = {"str": Optional[str], "int": Optional[int], "bool": bool}
+_HELP = {"dense_attn_kv_len_threshold": "Overrides the SGLANG_{NSA,DSA}_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD environment."}
+
+
+def parse_packages(items: Optional[list[str]]) -> Optional[dict[str, str]]:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, sep, version = item.partition("=")
+        if not sep or not name or not version:
+            raise InputError("--package", item, hint="expected NAME=VERSION, e.g. flashinfer-python=0.6.7.post2")
+        out[name.strip()] = version.strip()
+    return out
+
+
+def model_argument(model: Optional[str], arch: Optional[str], index_topk: Optional[int],
+                   heads: Optional[int]) -> Any:
+    if model and arch:
+        raise InputError("--arch", arch, hint="give either --model or --arch, not both")
+    if arch:
+        cfg: dict[str, Any] = {"architectures": [arch]}
+        if index_topk is not None:
+            cfg["index_topk"] = index_topk
+        if heads is not None:
+            cfg["num_attention_heads"] = heads
+        return cfg
+    if index_topk is not None or heads is not None:
+        raise InputError("--index-topk", index_topk, hint="--index-topk/--num-attention-heads go with --arch")
+    return model
+
+
+def serving_options() -> list[inspect.Parameter]:
+    """One typer option per argument the policy reads (the model is --model, above), from the registry."""
+    from nsa_policy.catalog.args import load_args
+
+    reg = load_args()
+    params = []
+    for arg in reg.arguments.values():
+        readable = arg.field is not None or arg.name == "attn_dp_size"
+        if not readable or arg.field == "model_path":
+            continue
+        flags = reg.cli_flags(arg.name)
+        default: Any = False if arg.type == "bool" else None
+        help_text = _HELP.get(arg.name, arg.help)
+        params.append(inspect.Parameter(arg.name, inspect.Parameter.KEYWORD_ONLY, annotation=_TYPES[arg.type],
+                                        default=typer.Option(default, *flags, help=help_text)))
+    return params
+
+
+def resolve(
+    device: str = typer.Option("auto", "--device", help="Catalog name (h200, b200…), capability spec (sm90…) or auto (NVML). "
+                               "A comma list (h200,b200) checks a mixed fleet: does one decision serve every device?"),
+    model: Optional[str] = typer.Option(None, "--model", "--model-path",
+                                        help="Catalog model id, local directory or config.json."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="Architecture name, instead of --model."),
+    index_topk: Optional[int] = typer.Option(None, "--index-topk", help="index_topk, with --arch."),
+    num_attention_heads: Optional[int] = typer.Option(None, "--num-attention-heads", help="Attention heads, with --arch."),
+    package: Optional[list[str]] = typer.Option(None, "--package", help="Installed kernel package NAME=VERSION (repeatable)."),
+    policy: str = typer.Option("default", "--policy", help="Bundle name or rule folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object (the decision)."),
+    explain: bool = typer.Option(False, "--explain", help="Say why for every output and every alternative passed over."),
+    log_decisions: Optional[str] = typer.Option(
+        None, "--log-decisions", help="Append each decision as one JSON line to this file (docs/decision-log.md)."),
+    **serving: Any,
+) -> None:
+    """Resolve the DSA serving decision for a device and model (or a mixed fleet: --device h200,b200)."""
+    from nsa_policy.api import build_facts, decide
+
+    # bool switches: False means "not given" (unset), as sglang's store_true defaults
+    config = {name: value for name, value in serving.items() if value is not None and value is not False}
+    if model is not None:
+        config["model_path"] = model
+    if "," in device:
+        _resolve_fleet(config, device, (model, arch, index_topk, num_attention_heads), package,
+                       policy, as_json, explain, log_decisions)
+    try:
+        facts = build_facts(config, device=device,
+                            model=model_argument(model, arch, index_topk, num_attention_heads) or None,
+                            env=os.environ, packages=parse_packages(package))
+        decision = decide(facts, policy)
+        if log_decisions:
+            from nsa_policy.integration.decision_log import append_decision
+
+            append_decision(log_decisions, decision, origin="cli.resolve")
+    except (NsaPolicyError, DeviceDiscoveryError) as exc:
+        raise fail_usage(exc, as_json) from None
+    if as_json:
+        print(json.dumps(decision.model_dump(mode="json")))
+    else:
+        from nsa_policy.commands._render import render_explain, render_table
+
+        print(render_explain(decision) if explain else render_table(decision))
+    raise typer.Exit(EXIT_REJECTED if decision.errors else EXIT_OK)
+
+
+def _resolve_fleet(config: dict[str, Any], devices: str, model_args: tuple[Any, ...], package: Optional[list[str]],
+                   policy: str, as_json: bool, explain: bool, log_decisions: Optional[str]) -> None:
+    """`resolve --device h200,b200`: one decision per device, and whether one serves them all (exit 1 if not)."""
+    from nsa_policy.integration.fleet import parse_device_list, resolve_fleet
+
+    try:
+        report = resolve_fleet(config, parse_device_list(devices), model=model_argument(*model_args) or None,
+                               policy=policy, env=os.environ, packages=parse_packages(package))
+        if log_decisions:
+            from nsa_policy.integration.decision_log import append_decision
+
+            for name in report.devices:
+                append_decision(log_decisions, report.decisions[name], origin="cli.resolve",
+                                context={"fleet": list(report.devices), "agrees": report.agrees})
+    except (NsaPolicyError, DeviceDiscoveryError) as exc:
+        raise fail_usage(exc, as_json) from None
+    if as_json:
+        print(json.dumps(report.model_dump(mode="json")))
+    else:
+        from nsa_policy.commands._render import render_explain, render_table
+
+        for name in report.devices:
+            print(render_explain(report.decisions[name]) if explain else render_table(report.decisions[name]))
+            print()
+        print("\n".join(report.summary_lines()))
+    raise typer.Exit(EXIT_OK if report.agrees else EXIT_REJECTED)
+
+
+def _with_serving_options(func: Callable[..., None]) -> Callable[..., None]:
+    """`func` with the registry's serving options in place of its **serving."""
+    sig = inspect.signature(func)
+    fixed = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    func.__signature__ = sig.replace(parameters=[*fixed, *serving_options()])  # type: ignore[attr-defined]
+    return func
+
+
+def register(app: typer.Typer) -> None:
+    app.command("resolve")(_with_serving_options(resolve))
