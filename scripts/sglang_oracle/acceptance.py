@@ -220,13 +220,17 @@ def machine() -> dict[str, Any]:
         return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
     return {"host": socket.gethostname(), "cpu": sh("nproc") + " cores", "os": platform.platform(),
-            "python": platform.python_version(), "git_head": sh(f"git -C {REPO} rev-parse --short HEAD")}
+            "python": platform.python_version(),
+            "load_average_1m": round(__import__("os").getloadavg()[0], 2), "git_head": sh(f"git -C {REPO} rev-parse --short HEAD")}
 
 
 def run(releases: list[str], envs: SideEnvs) -> dict[str, Any]:
+    import nsa_policy
+
     sig = planner_signature()
+    source = str(Path(nsa_policy.__file__).resolve().parent.parent)
     return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-            "planner": {"function": "nsa_policy.integration.launch.plan_launch", **sig},
+            "planner": {"function": "nsa_policy.integration.launch.plan_launch", "nsa_policy_from": source, **sig},
             "releases": [run_release(envs, r, sig["version_param"]) for r in releases]}
 
 
@@ -239,7 +243,8 @@ def markdown(result: dict[str, Any], history: list[str]) -> str:
              "kv dtype, both backends and page size, and the threshold read from the variable the release reads, "
              "equal the decision.", "",
              f"Run: {result['date']} on {result['machine']['host']} ({result['machine']['cpu']}, "
-             f"{result['machine']['os']}), git {result['machine']['git_head']}. Planner: "
+             f"{result['machine']['os']}, load {result['machine']['load_average_1m']}), git {result['machine']['git_head']}, "
+             f"nsa_policy from `{result['planner']['nsa_policy_from']}`. Planner: "
              f"`plan_launch` with {'`' + result['planner']['version_param'] + '`' if result['planner']['version_param'] else 'no release parameter (not version-aware)'}.",
              "", "| release | threshold variable read | scenarios | refused by the policy | parsed | accepted | agreeing |",
              "|---|---|---|---|---|---|---|"]
@@ -289,7 +294,8 @@ def main(argv: list[str]) -> int:
             old = json.loads(RESULTS_JSON.read_text())
             history = old.get("history", [])
         summary = ", ".join(f"{r['release']} {r['agreeing']}/{r['parsed']}" for r in result["releases"])
-        history.append(f"- {result['date']} (git {result['machine']['git_head']}, version param "
+        history.append(f"- {result['date']} (git {result['machine']['git_head']}, nsa_policy from "
+                       f"{result['planner']['nsa_policy_from']}, version param "
                        f"{result['planner']['version_param']}): agreeing/parsed {summary}"
                        + (f" — {args.history}" if args.history else ""))
         result["history"] = history

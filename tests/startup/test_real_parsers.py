@@ -60,3 +60,24 @@ def test_launch_argv_is_accepted_and_agrees_with_the_decision(oracle, release: s
                 for f in result["failures"]]
     assert not problems, f"sglang {release}: {len(problems)} of {result['parsed']} scenarios fail:\n" + "\n".join(
         problems[:20])
+
+
+def test_committed_0_5_23_answers_are_what_sglang_answers_today(oracle) -> None:
+    """The replay data in tests/data/sglang/0.5.23 is reproducible from sglang 0.5.23's own pipeline (a sample)."""
+    import json
+
+    run, _, envs = oracle
+    if "0.5.23" not in envs.releases:
+        pytest.skip("needs sglang 0.5.23")
+    data = Path(__file__).resolve().parents[1] / "data" / "sglang" / "0.5.23"
+    grid = [json.loads(line) for line in (data / "grid.jsonl").read_text().splitlines() if line.strip()]
+    answers = [json.loads(line) for line in (data / "answers.jsonl").read_text().splitlines() if line.strip()]
+    assert len(grid) == len(answers) and [g["id"] for g in grid] == [a["id"] for a in answers]
+    sample = list(range(0, len(grid), 25))
+    out = envs.run_script("0.5.23", "policy_oracle.py", "".join(json.dumps(grid[i]) + "\n" for i in sample))
+    fresh = [json.loads(line) for line in out.splitlines() if line.strip()]
+    fields = [k for k in answers[0] if k != "ms"]
+    diffs = [(answers[i]["id"], {k: (answers[i][k], f.get(k)) for k in fields if answers[i][k] != f.get(k)})
+             for i, f in zip(sample, fresh)]
+    assert [d for d in diffs if d[1]] == []
+    assert any(not answers[i]["ok"] for i in sample) and any(answers[i]["ok"] for i in sample)
