@@ -8,7 +8,11 @@ import typer
 
 from nsa_policy.errors import InputError, RuleFileError
 
-EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
+# One meaning each, for CI scripts: 0 resolved/clean, 1 rejected by the policy (or findings at the fail
+# level), 2 unusable input, 3 an internal error (a bug to report; the traceback only with --debug).
+EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_CODES_HELP = "Exit codes: 0 resolved or clean; 1 rejected by the policy or findings at the fail level; " \
+                  "2 unusable input; 3 internal error (rerun with --debug and report it)."
 
 
 def fail_usage(exc: Exception, as_json: bool = False) -> typer.Exit:
@@ -23,3 +27,9 @@ def fail_usage(exc: Exception, as_json: bool = False) -> typer.Exit:
         print(json.dumps({"error": err}))
     print(f"nsa-policy: error: {exc}", file=sys.stderr)
     return typer.Exit(EXIT_USAGE)
+
+
+def fail_after_output(exc: Exception) -> typer.Exit:
+    """The result was printed, but a side job (the decision log) failed: say so on one line; exit 3."""
+    print(f"nsa-policy: error: {exc}", file=sys.stderr)
+    return typer.Exit(EXIT_INTERNAL)

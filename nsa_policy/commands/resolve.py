@@ -13,7 +13,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_usage
+from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_after_output, fail_usage
+from nsa_policy.integration.decision_log import check_log_path
 from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError
 
 _TYPES = {"str": Optional[str], "int": Optional[int], "bool": bool}
@@ -93,14 +94,12 @@ def resolve(
         _resolve_fleet(config, device, (model, arch, index_topk, num_attention_heads), package,
                        policy, as_json, explain, log_decisions)
     try:
+        if log_decisions:  # a log path that can never be appended to is bad input: refuse before any work
+            check_log_path(log_decisions)
         facts = build_facts(config, device=device,
                             model=model_argument(model, arch, index_topk, num_attention_heads) or None,
                             env=os.environ, packages=parse_packages(package))
         decision = decide(facts, policy)
-        if log_decisions:
-            from nsa_policy.integration.decision_log import append_decision
-
-            append_decision(log_decisions, decision, origin="cli.resolve")
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
         raise fail_usage(exc, as_json) from None
     if as_json:
@@ -109,6 +108,13 @@ def resolve(
         from nsa_policy.commands._render import render_explain, render_table
 
         print(render_explain(decision) if explain else render_table(decision))
+    if log_decisions:  # after printing: a failing log must not lose the decision
+        from nsa_policy.integration.decision_log import append_decision
+
+        try:
+            append_decision(log_decisions, decision, origin="cli.resolve")
+        except NsaPolicyError as exc:
+            raise fail_after_output(exc) from None
     raise typer.Exit(EXIT_REJECTED if decision.errors else EXIT_OK)
 
 
@@ -118,14 +124,10 @@ def _resolve_fleet(config: dict[str, Any], devices: str, model_args: tuple[Any, 
     from nsa_policy.integration.fleet import parse_device_list, resolve_fleet
 
     try:
+        if log_decisions:
+            check_log_path(log_decisions)
         report = resolve_fleet(config, parse_device_list(devices), model=model_argument(*model_args) or None,
                                policy=policy, env=os.environ, packages=parse_packages(package))
-        if log_decisions:
-            from nsa_policy.integration.decision_log import append_decision
-
-            for name in report.devices:
-                append_decision(log_decisions, report.decisions[name], origin="cli.resolve",
-                                context={"fleet": list(report.devices), "agrees": report.agrees})
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
         raise fail_usage(exc, as_json) from None
     if as_json:
@@ -137,6 +139,15 @@ def _resolve_fleet(config: dict[str, Any], devices: str, model_args: tuple[Any, 
             print(render_explain(report.decisions[name]) if explain else render_table(report.decisions[name]))
             print()
         print("\n".join(report.summary_lines()))
+    if log_decisions:
+        from nsa_policy.integration.decision_log import append_decision
+
+        try:
+            for name in report.devices:
+                append_decision(log_decisions, report.decisions[name], origin="cli.resolve",
+                                context={"fleet": list(report.devices), "agrees": report.agrees})
+        except NsaPolicyError as exc:
+            raise fail_after_output(exc) from None
     raise typer.Exit(EXIT_OK if report.agrees else EXIT_REJECTED)
 
 

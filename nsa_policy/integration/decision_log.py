@@ -58,6 +58,26 @@ class DecisionLogError(InputError):
     """The decision was made but could not be logged (the CLI prints it, then exits 3)."""
 
 
+def check_log_path(path: Union[str, os.PathLike]) -> None:
+    """Before any work: the log must be a regular file, or a new one in a writable folder."""
+    name = os.fspath(path)
+    try:
+        st = os.stat(name)
+    except FileNotFoundError:
+        folder = os.path.dirname(os.path.abspath(name))
+        if not os.path.isdir(folder):
+            raise InputError("--log-decisions", name, hint=f"folder {folder} does not exist") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise InputError("--log-decisions", name, hint=f"folder {folder} is not writable") from None
+        return
+    except OSError as exc:
+        raise InputError("--log-decisions", name, hint=exc.strerror or str(exc)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("--log-decisions", name, hint="not a regular file; decisions are appended to files only")
+    if not os.access(name, os.W_OK):
+        raise InputError("--log-decisions", name, hint="not writable")
+
+
 def append_entry(path: Union[str, os.PathLike], entry: DecisionLogEntry) -> None:
     """One O_APPEND write per line, so concurrent writers never interleave inside a line."""
     line = (entry.model_dump_json() + "\n").encode()
