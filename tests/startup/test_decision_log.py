@@ -78,7 +78,7 @@ def test_cli_log_decisions_appends_one_line_per_device(tmp_path: Path) -> None:
     assert all(e.origin == "cli.resolve" for e in entries)
     assert entries[2].context == {"fleet": ["h200", "b200"], "agrees": False}
     bad = runner.invoke(app, ["resolve", "--device", "h200", "--model", DS, "--log-decisions", str(tmp_path / "no" / "x")], env=env)
-    assert bad.exit_code == 2 and "cannot open for appending" in bad.stderr
+    assert bad.exit_code == 2 and "does not exist" in bad.stderr
 
 
 def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
