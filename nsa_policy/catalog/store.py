@@ -17,6 +17,7 @@ from nsa_policy.catalog.paths import catalog_dir
 from nsa_policy.engine.facts import DeviceFacts, ModelFacts
 from nsa_policy.engine.schema_load import load_doc
 from nsa_policy.engine.yaml_lines import line_of
+from nsa_policy import safe_io, versions
 from nsa_policy.errors import InputError, RuleFileError
 
 KV_DTYPES = ("bfloat16", "fp8_e4m3")
@@ -32,7 +33,7 @@ class _Spec(BaseModel):
 
 
 class DeviceClassSpec(_Spec):
-    vendor: Literal["nvidia", "amd", "cpu"]
+    vendor: Literal["nvidia", "amd", "intel", "cpu"]
     compute_capability: Optional[tuple[int, int]]
     description: str
 
@@ -76,6 +77,10 @@ class ModelEntry(_Spec):
     architecture: str
     index_topk: Optional[int]
     num_attention_heads: Optional[int]
+    learnable_sink: bool = False
+    index_kpool: int = Field(default=1, ge=1)
+    index_topk_freq: int = Field(default=1, ge=1)
+    index_topk_pattern: Optional[str] = None
 
 
 class ModelCatalog(_Spec):
@@ -137,16 +142,9 @@ class Capability(_Spec):
         return self.status != "unsupported"
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.replace("-", ".").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
 def version_ge(have: str, need: str) -> bool:
-    return _version_tuple(have) >= _version_tuple(need)
+    """PEP 440 (nsa_policy.versions): 0.6.13rc1 < 0.6.13 < 0.6.13.post1, and +cu130 does not count."""
+    return versions.version_ge(have, need)
 
 
 class Catalog:
@@ -304,7 +302,10 @@ class Catalog:
             model_id, entry = key, self.model_doc.models[key]
         return ModelFacts(model_id=model_id, architecture=entry.architecture,
                           family=self.family_of(entry.architecture, entry.index_topk),
-                          index_topk=entry.index_topk, num_attention_heads=entry.num_attention_heads, source="catalog")
+                          index_topk=entry.index_topk, num_attention_heads=entry.num_attention_heads,
+                          learnable_sink=entry.learnable_sink, index_kpool=entry.index_kpool,
+                          index_topk_freq=entry.index_topk_freq, index_topk_pattern=entry.index_topk_pattern,
+                          source="catalog")
 
     def model_from_config(self, config: Mapping[str, Any], *, source: str, model_id: Optional[str] = None) -> ModelFacts:
         archs = config.get("architectures") or []
@@ -317,18 +318,37 @@ class Catalog:
         for key, val in (("index_topk", topk), ("num_attention_heads", heads)):
             if val is not None and (not isinstance(val, int) or isinstance(val, bool) or val <= 0):
                 raise InputError(f"{source}: {key}", val, hint="a positive integer")
+        variants: dict[str, Any] = {}
+        for key in ("index_kpool", "index_topk_freq"):
+            val = config.get(key)
+            if val is not None:
+                if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
+                    raise InputError(f"{source}: {key}", val, hint="a positive integer")
+                variants[key] = val
+        sink = config.get("learnable_sink")
+        if sink is not None:
+            if not isinstance(sink, bool):
+                raise InputError(f"{source}: learnable_sink", sink, ["true", "false"], hint="a boolean")
+            variants["learnable_sink"] = sink
+        pattern = config.get("index_topk_pattern")
+        if pattern is not None:
+            if not isinstance(pattern, str):
+                raise InputError(f"{source}: index_topk_pattern", pattern, hint="a string of layer kinds")
+            variants["index_topk_pattern"] = pattern
         arch = next((a for a in archs if a in self.arch_family), archs[0])
         return ModelFacts(model_id=model_id, architecture=arch, family=self.family_of(arch, topk),
-                          index_topk=topk, num_attention_heads=heads, source=source)
+                          index_topk=topk, num_attention_heads=heads, source=source, **variants)
 
     def model_from_path(self, path: Path, field: str = "model") -> ModelFacts:
         cfg = path / "config.json" if path.is_dir() else path
+        if not cfg.exists():
+            raise InputError(field, str(path), hint="no config.json there")
+        # A model path is input: regular file, size cap, UTF-8, bounded nesting (safe_io), never /dev/zero.
+        text = safe_io.read_text(cfg, field=field)
         try:
-            data = json.loads(cfg.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(field, str(path), hint="no config.json there") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(field, str(cfg), hint=f"unreadable config.json: {exc}") from None
+            data = safe_io.load_json_text(text, str(cfg), field=field)
+        except json.JSONDecodeError as exc:
+            raise InputError(field, f"{cfg}:{exc.lineno}", hint=f"not valid JSON: {exc.msg}") from None
         if not isinstance(data, dict):
             raise InputError(field, str(cfg), hint="config.json must hold a JSON object")
         return self.model_from_config(data, source=str(cfg), model_id=str(path))

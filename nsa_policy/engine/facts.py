@@ -5,7 +5,7 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Vendor = Literal["nvidia", "amd", "cpu"]
+Vendor = Literal["nvidia", "amd", "intel", "cpu"]
 
 
 def _catalog_enum(what: str) -> Callable[[dict[str, Any]], None]:
@@ -51,6 +51,11 @@ class ModelFacts(Frozen):
                                   json_schema_extra=_catalog_enum("family"))
     index_topk: Optional[int] = None
     num_attention_heads: Optional[int] = None
+    # DSA variants later sglang releases branch on (config.json keys of the same names)
+    learnable_sink: bool = Field(default=False, description="attention sinks (HYV4): sglang 0.5.20+ forces bf16 KV")
+    index_kpool: int = Field(default=1, ge=1, description="KV pages per index page: sglang 0.5.22+ pages 64 x index_kpool")
+    index_topk_freq: int = Field(default=1, ge=1, description="the indexer runs every index_topk_freq layers")
+    index_topk_pattern: Optional[str] = Field(default=None, description="per-layer indexer pattern ('S': shared index)")
     source: str = Field(default="catalog", description="catalog, a config.json path, 'mapping' or 'cli'")
 
     @property

@@ -18,7 +18,8 @@ KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e
 STATIC_PATHS = frozenset(
     [f"device.{k}" for k in ("name", "class", "vendor", "major", "minor", "product", "memory_gb", "sm_count",
                               "runs_dsa", "mha_one_shot")]
-    + [f"model.{k}" for k in ("id", "family", "architecture", "index_topk", "num_attention_heads", "is_dsa")]
+    + [f"model.{k}" for k in ("id", "family", "architecture", "index_topk", "num_attention_heads", "is_dsa",
+                              "learnable_sink", "index_kpool", "index_topk_freq", "index_topk_pattern")]
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
     + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
@@ -46,6 +47,48 @@ def all_paths() -> list[str]:
     return sorted(STATIC_PATHS | LAZY_PATHS) + ["pkg.<distribution>", "sglang.<release>.lists_{prefill,decode}_backend"]
 
 
+# What a fact's value depends on. Consumers (lint's "does this finding need the device?") ask here
+# instead of knowing the namespace's prefixes.
+INPUTS = ("device", "model", "config", "env", "packages")
+_EVERYTHING = frozenset(INPUTS)
+_FAMILY_INPUTS = {
+    "device": frozenset({"device"}), "model": frozenset({"model"}), "config": frozenset({"config"}),
+    "env": frozenset({"env"}), "pkg": frozenset({"packages"}), "input": frozenset({"config", "env"}),
+    "sglang": frozenset({"config"}),
+    # Outputs, and what the catalog says about the chosen backends, follow from all of it.
+    "out": _EVERYTHING, "cap": _EVERYTHING, "req": _EVERYTHING, "pad": _EVERYTHING,
+}
+_PATH_INPUTS = {
+    "derived.attn_tp_size": frozenset({"config"}), "derived.tp_divisible": frozenset({"config"}),
+    "derived.heads_per_rank": frozenset({"model", "config"}), "derived.heads_divisible": frozenset({"model", "config"}),
+}
+_PROV_INPUTS = frozenset({"config", "env"})
+
+
+def inputs_of(path: str, *, overwrite: bool = False) -> frozenset[str]:
+    """The inputs (device, model, config, env, packages) a fact's value depends on.
+
+    `prov.<output>` is tested for user/env: whether the flag or the environment set the output,
+    decided before any rule runs. Where rules may overwrite outputs (compatibility bundles,
+    `overwrite=True`) a rule can replace that, so it depends on everything."""
+    hit = _PATH_INPUTS.get(path)
+    if hit is not None:
+        return hit
+    family = path.partition(".")[0]
+    if family == "prov":
+        return _EVERYTHING if overwrite else _PROV_INPUTS
+    return _FAMILY_INPUTS.get(family, _EVERYTHING)
+
+
+def outputs_read(path: str) -> tuple[str, ...]:
+    """The outputs a fact's value is computed from: `out.X`/`prov.X` → X; `cap.<phase>.*` → the
+    phase's backend and the KV dtype; `req.<phase>`, `pad.<phase>…` → the phase's backend."""
+    family, _, rest = path.partition(".")
+    if family in ("out", "prov"):
+        return (rest,)
+    return _LAZY_OUTPUTS.get(path, ())
+
+
 class FactNamespace(dict):
     __slots__ = ("catalog", "packages")
 
@@ -67,13 +110,13 @@ class FactNamespace(dict):
                     return None
                 return self.catalog.sglang_lists(backend, phase, release)
             raise KeyError(key)
-        kind, phase, what = spec
-        backend = self.get(phase)
+        kind, phase, backend_key, what = spec
+        backend = self.get(backend_key)
         if kind == "cap":
             kv = self.get("out.kv_cache_dtype")
             if backend is None or kv is None:
                 return None
-            cap = self.catalog.capability(backend, self["device.class"], kv, phase[4:-8])
+            cap = self.catalog.capability(backend, self["device.class"], kv, phase)
             return cap.status if what == "status" else cap.reason
         if kind == "req":
             if backend is None:
@@ -88,15 +131,19 @@ class FactNamespace(dict):
         return padded / heads if what == "factor" else padded
 
 
-# lazy path → (kind, the output it reads, what)
-_LAZY = {}
+# lazy path → (kind, phase, the backend output it reads, what)
+_LAZY: dict[str, tuple[str, str, str, str]] = {}
 for _phase in ("prefill", "decode"):
     _out = f"out.{_phase}_backend"
-    _LAZY[f"cap.{_phase}.status"] = ("cap", _out, "status")
-    _LAZY[f"cap.{_phase}.reason"] = ("cap", _out, "reason")
-    _LAZY[f"req.{_phase}"] = ("req", _out, "")
-    _LAZY[f"pad.{_phase}"] = ("pad", _out, "heads")
-    _LAZY[f"pad.{_phase}_factor"] = ("pad", _out, "factor")
+    _LAZY[f"cap.{_phase}.status"] = ("cap", _phase, _out, "status")
+    _LAZY[f"cap.{_phase}.reason"] = ("cap", _phase, _out, "reason")
+    _LAZY[f"req.{_phase}"] = ("req", _phase, _out, "")
+    _LAZY[f"pad.{_phase}"] = ("pad", _phase, _out, "heads")
+    _LAZY[f"pad.{_phase}_factor"] = ("pad", _phase, _out, "factor")
+# lazy path → the outputs it is computed from (a capability also depends on the KV dtype)
+_LAZY_OUTPUTS: dict[str, tuple[str, ...]] = {
+    path: (f"{phase}_backend", "kv_cache_dtype") if kind == "cap" else (f"{phase}_backend",)
+    for path, (kind, phase, _, _) in _LAZY.items()}
 
 
 @lru_cache(maxsize=256)
@@ -111,7 +158,9 @@ def _device_part(d: DeviceFacts) -> dict:
 def _model_part(m: ModelFacts) -> dict:
     return {"model.id": m.model_id, "model.family": m.family, "model.architecture": m.architecture,
             "model.index_topk": m.index_topk, "model.num_attention_heads": m.num_attention_heads,
-            "model.is_dsa": m.family is not None}
+            "model.is_dsa": m.family is not None, "model.learnable_sink": m.learnable_sink,
+            "model.index_kpool": m.index_kpool, "model.index_topk_freq": m.index_topk_freq,
+            "model.index_topk_pattern": m.index_topk_pattern}
 
 
 @lru_cache(maxsize=256)
