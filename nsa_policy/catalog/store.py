@@ -13,11 +13,11 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nsa_policy import safe_io, versions
 from nsa_policy.catalog.paths import catalog_dir
 from nsa_policy.engine.facts import DeviceFacts, ModelFacts
 from nsa_policy.engine.schema_load import load_doc
 from nsa_policy.engine.yaml_lines import line_of
-from nsa_policy import safe_io, versions
 from nsa_policy.errors import InputError, RuleFileError
 
 KV_DTYPES = ("bfloat16", "fp8_e4m3")
