@@ -20,8 +20,7 @@ _DEVICE_FACTS = ("device.", "cap.", "out.", "pad.", "req.", "pkg.")
 _MODEL_FACTS = ("model.", "out.", "pad.", "req.", "cap.")
 _MODEL_DERIVED = ("derived.heads_per_rank", "derived.heads_divisible")
 # Stand-ins for an unknown device or model; only findings that read neither are kept from them.
-_PLACEHOLDER_DEVICE = "sm90"
-_PLACEHOLDER_MODEL = "deepseek-ai/DeepSeek-V3.2"
+# From the catalog: its first device class that runs DSA, and its first model.
 
 
 @dataclass(frozen=True)
@@ -309,8 +308,9 @@ class Checker:
     def _policy_findings(self, launch: Launch, policy: str, config: dict, env: dict,
                          model: Optional[ModelFacts], devices: list, by_field: dict) -> list[Diagnostic]:
         needs = rule_needs(policy)
-        runs = devices or [(self.catalog.device(_PLACEHOLDER_DEVICE), None)]
-        mdl = model or self.catalog.model(_PLACEHOLDER_MODEL)
+        placeholder = next(c for c in self.catalog.device_classes if self.catalog.runs_dsa(c))
+        runs = devices or [(self.catalog.device(placeholder), None)]
+        mdl = model or self.catalog.model(self.catalog.model_ids[0])
         out: list[Diagnostic] = []
         for dev, hint in runs:
             try:
