@@ -172,3 +172,44 @@ def test_planner_reads_the_catalog_gate(planted: Path) -> None:
     code = ("from nsa_policy.runtime.planner import mha_one_shot_supported as m\n"
             f"print(m({CLASS!r}), m('sm100'), m('sm90'), m('sm120'))\n")
     assert _ok(_run(planted, code=code)).split() == ["False", "True", "True", "False"]
+
+
+# ---------------------------------------------------------------- in-process: the catalog's own checks
+
+def test_a_cell_naming_an_unknown_class_is_a_file_line_error(tmp_path: Path) -> None:
+    from nsa_policy.catalog.store import Catalog
+    from nsa_policy.errors import RuleFileError
+
+    root = tmp_path / "catalog"
+    shutil.copytree(rules_dir() / "catalog", root)
+    text = (root / "backends.yaml").read_text(encoding="utf-8")
+    (root / "backends.yaml").write_text(text.replace("devices: [sm90]", "devices: [sm91]", 1), encoding="utf-8")
+    with pytest.raises(RuleFileError) as err:
+        Catalog(root)
+    message = str(err.value)
+    assert "backends.yaml:" in message and "'sm91' is not a device class of devices.yaml" in message
+    assert "\n" not in message and "sm90" in message  # one line, with the valid classes
+
+
+def test_device_facts_from_outside_must_name_a_catalog_class() -> None:
+    import nsa_policy
+    from nsa_policy.engine.facts import DeviceFacts
+
+    stranger = DeviceFacts(name="x", device_class="sm111", vendor="nvidia", compute_capability=(11, 1))
+    with pytest.raises(nsa_policy.InputError) as err:
+        nsa_policy.resolve({}, device=stranger, model=MODEL)
+    assert "device.device_class" in str(err.value) and "sm100" in str(err.value)
+
+
+def test_policy_and_planner_read_one_mha_gate() -> None:
+    # The policy's runtime.mha_one_shot and the per-batch planner's gate agree on every catalog class.
+    import nsa_policy
+    from nsa_policy.catalog.store import load_catalog
+    from nsa_policy.runtime.planner import mha_one_shot_supported
+
+    catalog = load_catalog()
+    for cls in catalog.device_classes:
+        decision = nsa_policy.decide(nsa_policy.build_facts({}, device=cls, model=MODEL, env={}, packages={}))
+        assert decision.runtime.mha_one_shot is mha_one_shot_supported(cls), cls
+        assert catalog.class_mha_one_shot(cls) is mha_one_shot_supported(cls), cls
+    assert {mha_one_shot_supported(c) for c in catalog.device_classes} == {True, False}
