@@ -31,6 +31,7 @@ Output line: {"id", "ok", "stage", "kv_cache_dtype", "prefill_backend", "decode_
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -133,9 +134,8 @@ def clear_probe_caches() -> None:
         if not name.startswith("sglang.srt.utils") and name != "sglang.srt.runtime_context":
             continue
         for value in list(vars(mod).values()):
-            clear = getattr(value, "cache_clear", None)
-            if callable(clear):
-                clear()
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
 
 
 @contextlib.contextmanager
@@ -160,7 +160,10 @@ def emulated(device: str, preshuffle: bool):
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)
-        stack.enter_context(override_platform(**platform_facts(device)))
+        from sglang.srt import runtime_context as rc
+
+        known = set(rc._PLATFORM_PROBES) | set(rc._PLATFORM_VALUES)  # the facts this release has
+        stack.enter_context(override_platform(**{k: v for k, v in platform_facts(device).items() if k in known}))
         yield
 
 
@@ -188,6 +191,7 @@ def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
             except SystemExit:
                 lines = [ln for ln in err.getvalue().splitlines() if ": error: " in ln]
                 raise ValueError("argparse: " + (lines[-1].split(": error: ", 1)[1] if lines else "exit")) from None
+        stage = "emulate"
         with emulated(item["device"], item.get("preshuffle", False)):
             stage = "from_cli_args"
             sa = ServerArgs.from_cli_args(ns)
