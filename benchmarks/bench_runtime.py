@@ -273,7 +273,8 @@ def markdown(env, copy_rate, passes, mla_rows) -> str:
     lines = [f"# Runtime adapter on {env.get('device')} ({env['measured_utc']})", "",
              f"torch {env['torch']} (CUDA {env['torch_cuda']}), triton {env['triton']}, flashinfer "
              f"{env['flashinfer']}, sgl-flash-mla {env.get('flash_mla')}, sglang transforms from "
-             f"{env.get('sglang_wheel')}. Device-to-device copy measured here: {copy_rate:.2f} TB/s.", ""]
+             f"{env.get('sglang_wheel', '(not run)')}. Host µs of a 64-element torch fill launch: "
+             f"{env['host_us_torch_fill_launch']:.1f}. Device-to-device copy measured here: {copy_rate:.2f} TB/s.", ""]
     if passes:
         lines += ["## Top-k → page-table transform vs sglang 0.5.23, K = 2048, ¼ of each row −1", "",
                   "Eager: do_bench median, L2 flushed. Graph: per call in a graph of 20 calls. Host: µs per "
@@ -319,6 +320,7 @@ def main() -> None:
     ap.add_argument("--skip-mla", action="store_true")
     ap.add_argument("--skip-transforms", action="store_true")
     ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--sglang-wheels", default=".whl", help="folder (under the repo) holding sglang-0.5.23-*.whl")
     args = ap.parse_args()
     import torch
 
@@ -330,8 +332,10 @@ def main() -> None:
         env["flash_mla"] = flash_mla.__version__
     except Exception as exc:
         env["flash_mla"] = f"unavailable: {exc!r}"
-    sg = load_sglang_transforms()
-    env["sglang_wheel"] = sg.__wheel__
+    sg = None
+    if not args.skip_transforms:
+        sg = load_sglang_transforms(args.sglang_wheels)
+        env["sglang_wheel"] = sg.__wheel__
     warm_up_clocks(torch)
     rate = copy_tbps(torch)
     small = torch.empty(64, dtype=torch.int32, device="cuda")
@@ -356,11 +360,12 @@ def main() -> None:
         criteria[f"{shape}: fa3 adapter >= 95% of bare"] = r["adapter_vs_bare"]["fa3"] >= 0.95
     report = {"environment": env, "copy_tbps": rate, "transform_passes": passes, "mla": mla_rows,
               "criteria": criteria}
-    with open(f"{args.out}/bench_runtime.json", "w") as f:
+    part = "transforms" if not mla_rows else "mla" if not passes else "all"
+    with open(f"{args.out}/bench_runtime_{part}.json", "w") as f:
         json.dump(report, f, indent=1, default=str)
     md = markdown(env, rate, passes, mla_rows) + "\n## Criteria (issue 12)\n\n" + "\n".join(
         f"- {'met' if ok else 'NOT met'}: {name}" for name, ok in criteria.items()) + "\n"
-    with open(f"{args.out}/bench_runtime.md", "w") as f:
+    with open(f"{args.out}/bench_runtime_{part}.md", "w") as f:
         f.write(md)
     print(md, flush=True)
 

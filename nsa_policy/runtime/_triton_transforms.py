@@ -126,6 +126,50 @@ def _transform_compact_kernel(
     VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
     CSR: tl.constexpr, HAS_COUNTS: tl.constexpr, HAS_DUMMY: tl.constexpr,
 ):
+    _transform_compact_body(topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr,
+                            out_stride, counts_ptr, indptr_ptr, num_reqs, K, row_len, pad_value,
+                            dummy_slot, RAGGED, PAGE_SIZE, BLOCK, VECTOR_BLOCK, SEARCH_STEPS, CSR,
+                            HAS_COUNTS, HAS_DUMMY)
+
+
+@triton.jit(do_not_specialize=["num_reqs", "row_len", "pad_value", "dummy_slot"])
+def _transform_compact_kernel_addr(
+    topk_addr, topk_stride, pt_addr, pt_stride, cu_addr, out_addr, out_stride,
+    counts_addr, indptr_addr, num_reqs, K, row_len, pad_value, dummy_slot,
+    RAGGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
+    VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    CSR: tl.constexpr, HAS_COUNTS: tl.constexpr, HAS_DUMMY: tl.constexpr,
+    TOPK_I64: tl.constexpr, PT_I64: tl.constexpr, CU_I64: tl.constexpr,
+):
+    """The compacting kernel on raw device addresses (see _transform_kernel_addr)."""
+    if TOPK_I64:
+        topk_ptr = topk_addr.to(tl.pointer_type(tl.int64))
+    else:
+        topk_ptr = topk_addr.to(tl.pointer_type(tl.int32))
+    if PT_I64:
+        pt_ptr = pt_addr.to(tl.pointer_type(tl.int64))
+    else:
+        pt_ptr = pt_addr.to(tl.pointer_type(tl.int32))
+    if CU_I64:
+        cu_ptr = cu_addr.to(tl.pointer_type(tl.int64))
+    else:
+        cu_ptr = cu_addr.to(tl.pointer_type(tl.int32))
+    _transform_compact_body(topk_ptr, topk_stride, pt_ptr, pt_stride, cu_ptr,
+                            out_addr.to(tl.pointer_type(tl.int32)), out_stride,
+                            counts_addr.to(tl.pointer_type(tl.int32)),
+                            indptr_addr.to(tl.pointer_type(tl.int32)), num_reqs, K, row_len,
+                            pad_value, dummy_slot, RAGGED, PAGE_SIZE, BLOCK, VECTOR_BLOCK,
+                            SEARCH_STEPS, CSR, HAS_COUNTS, HAS_DUMMY)
+
+
+@triton.jit
+def _transform_compact_body(
+    topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
+    counts_ptr, indptr_ptr, num_reqs, K, row_len, pad_value, dummy_slot,
+    RAGGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
+    VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    CSR: tl.constexpr, HAS_COUNTS: tl.constexpr, HAS_DUMMY: tl.constexpr,
+):
     """Valid slots packed to the front of the row, in their original order.
 
     CSR False: row t is out[t, :K]; the tail is −1. CSR True: row t is
@@ -278,7 +322,7 @@ def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
             vector_block, steps, t64, p64, c64)
     # a key at least as fine as Triton's specialisation of these arguments
     dev = topk_indices.get_device()
-    key = (dev, ragged, page_size, block, vector_block, steps, warps, t64, p64, c64,
+    key = ("plain", dev, ragged, page_size, block, vector_block, steps, warps, t64, p64, c64,
            _spec(ta), _spec(ts), _spec(pa), _spec(ps), _spec(ca), _spec(oa), _spec(os_), _spec(k))
     compiled = _COMPILED_ADDR.get(key)
     if compiled is None or (_knobs is not None and _knobs.runtime.launch_enter_hook is not None):
@@ -303,16 +347,43 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
         return out
     ragged = cu_extend_lens is not None
     num_reqs = cu_extend_lens.numel() - 1 if ragged else page_table.shape[0]
-    vector_block, steps = _search_params(num_reqs)
+    search = _SEARCH.get(num_reqs)
+    if search is None:
+        search = _SEARCH[num_reqs] = _search_params(num_reqs)
+    vector_block, steps = search
     block, warps = _block_for(min(k, 1024) if k else 16)
     csr = kv_indptr is not None
-    pt, dst = _nonempty(page_table), _nonempty(out)
-    _launch(_transform_compact_kernel, (num_rows,), (
-        _nonempty(topk_indices), topk_indices.stride(0), pt, page_table.stride(0),
-        cu_extend_lens if ragged else pt, dst, out.stride(0) if not csr else 0,
-        counts if counts is not None else dst, kv_indptr if csr else dst,
-        num_reqs, k, page_table.shape[1] * page_size, pad_slot,
-        0 if empty_row_slot is None else empty_row_slot,
-        ragged, page_size, block, vector_block, steps,
-        csr, counts is not None, empty_row_slot is not None), warps)
+    row_len = page_table.shape[1] * page_size
+    dummy = 0 if empty_row_slot is None else empty_row_slot
+    if page_table.numel() == 0 or out.numel() == 0 or k == 0:
+        pt, dst = _nonempty(page_table), _nonempty(out)
+        _launch(_transform_compact_kernel, (num_rows,), (
+            _nonempty(topk_indices), topk_indices.stride(0), pt, page_table.stride(0),
+            cu_extend_lens if ragged else pt, dst, out.stride(0) if not csr else 0,
+            counts if counts is not None else dst, kv_indptr if csr else dst,
+            num_reqs, k, row_len, pad_slot, dummy,
+            ragged, page_size, block, vector_block, steps,
+            csr, counts is not None, empty_row_slot is not None), warps)
+        return out
+    ta, pa, oa = topk_indices.data_ptr(), page_table.data_ptr(), out.data_ptr()
+    ca = cu_extend_lens.data_ptr() if ragged else pa
+    na = counts.data_ptr() if counts is not None else oa
+    ia = kv_indptr.data_ptr() if csr else oa
+    ts, ps, os_ = topk_indices.stride(0), page_table.stride(0), (out.stride(0) if not csr else 0)
+    t64 = topk_indices.dtype == torch.int64
+    p64 = page_table.dtype == torch.int64
+    c64 = ragged and cu_extend_lens.dtype == torch.int64
+    has_counts, has_dummy = counts is not None, empty_row_slot is not None
+    args = (ta, ts, pa, ps, ca, oa, os_, na, ia, num_reqs, k, row_len, pad_slot, dummy,
+            ragged, page_size, block, vector_block, steps, csr, has_counts, has_dummy, t64, p64, c64)
+    dev = topk_indices.get_device()
+    key = ("compact", dev, ragged, page_size, block, vector_block, steps, warps, csr, has_counts, has_dummy,
+           t64, p64, c64, _spec(ta), _spec(ts), _spec(pa), _spec(ps), _spec(ca), _spec(oa),
+           _spec(os_), _spec(na), _spec(ia), _spec(k))
+    compiled = _COMPILED_ADDR.get(key)
+    if compiled is None or (_knobs is not None and _knobs.runtime.launch_enter_hook is not None):
+        _COMPILED_ADDR[key] = _transform_compact_kernel_addr[(num_rows,)](*args, num_warps=warps)
+        return out
+    compiled.run(num_rows, 1, 1, torch._C._cuda_getCurrentRawStream(dev), compiled.function,
+                 compiled.packed_metadata, None, None, None, *args)
     return out

@@ -92,6 +92,7 @@ class ForwardPlan:
     # flashmla_*: the transform's output buffers, reused by every layer
     slots: Optional[torch.Tensor] = None
     counts: Optional[torch.Tensor] = None
+    q_padded: Optional[torch.Tensor] = None
 
 
 def _causal_lengths(extend_lens: Sequence[int], seq_lens: Sequence[int]) -> torch.Tensor:
@@ -575,6 +576,19 @@ class SparseMLAAdapter:
             plan.counts = torch.empty(shape[0], dtype=torch.int32, device=topk_indices.device)
         return plan.slots, plan.counts
 
+    def _padded_q(self, plan, q):
+        """q with FlashMLA's head count (64 or 128): the zero heads live in a per-plan buffer,
+        zeroed once, so each layer copies only its real heads."""
+        heads = q.shape[1]
+        target = _flashmla.padded_heads(heads)
+        if target == heads:
+            return q
+        buf = plan.q_padded
+        if buf is None or buf.shape != (q.shape[0], target, HEAD_DIM_QK) or buf.device != q.device:
+            buf = plan.q_padded = q.new_zeros(q.shape[0], target, HEAD_DIM_QK)
+        buf[:, :heads].copy_(q)
+        return buf
+
     def _run_flashmla_sparse(self, phase, q, kv_cache, topk_indices, page_table, plan):
         """FlashMLA sparse prefill (bf16 pool). Valid slots are packed first and their count goes
         in as topk_length, so the kernel skips the −1 tail of a short row."""
@@ -588,7 +602,7 @@ class SparseMLAAdapter:
             transform_index_page_table_decode_compact(page_table, topk_indices, self.table_page_size,
                                                       out, counts, impl=self.transform_impl)
         slots = out
-        q = _flashmla.pad_heads(q, HEAD_DIM_QK)
+        q = self._padded_q(plan, q)
         kwargs = _flashmla.sparse_prefill_call(
             q=q, kv=self._kv_rows(kv_cache).view(-1, 1, HEAD_DIM_QK), indices=slots.unsqueeze(1),
             sm_scale=plan.softmax_scale, topk_length=counts)
@@ -614,7 +628,7 @@ class SparseMLAAdapter:
         else:
             transform_index_page_table_decode(page_table, topk_indices, self.table_page_size, slots,
                                               impl=self.transform_impl)
-        q = _flashmla.pad_heads(q, HEAD_DIM_QK)
+        q = self._padded_q(plan, q)
         rows = self._kv_rows(kv_cache)
         if rows.shape[0] % _flashmla.KV_PAGE_SIZE:
             raise ValueError(f"the fp8-656 pool must hold whole pages of {_flashmla.KV_PAGE_SIZE} "
