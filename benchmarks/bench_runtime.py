@@ -20,8 +20,7 @@ import argparse
 import json
 import time
 
-from runtime_bench_common import (decision, environment, import_runtime, load_sglang_transforms,
-                                  sparse_topk)
+from runtime_bench_common import decision, environment, import_runtime, load_sglang_transforms, sparse_topk
 
 K = 2048
 # name, requests, tokens per request, page-table width, decode?
@@ -93,78 +92,175 @@ def copy_tbps(torch):
     return 2 * x.numel() / (ms * 1e-3) / 1e12
 
 
+def _transform_shape(rt, sg, tt, torch, gen, copy_rate, name, b, per_req, width, is_decode):
+    t = b * per_req
+    pt = torch.randint(0, 1 << 24, (b, width), generator=gen, device="cuda", dtype=torch.int32)
+    topk = sparse_topk(t, K, width, 0.25, "cuda", gen)
+    out = torch.empty(t, K, dtype=torch.int32, device="cuda")
+    out_sg = torch.empty(t, K, dtype=torch.int32, device="cuda")
+    ext = [per_req] * b
+    cu = torch.arange(0, t + 1, per_req, device="cuda", dtype=torch.int32)
+    if is_decode:
+        def ours():
+            return rt.transform_index_page_table_decode(pt, topk, 1, out, impl="triton")
+
+        def ours_direct(block=None, warps=None, addresses=True):
+            return tt.launch_transform(pt, topk, None, 1, out, block, warps, addresses)
+
+        def theirs():
+            return sg.transform_index_page_table_decode(pt, topk, result=out_sg)
+    else:
+        def ours():
+            return rt.transform_index_page_table_prefill(pt, topk, page_size=1, out=out,
+                                                         cu_extend_lens=cu, impl="triton")
+
+        def ours_direct(block=None, warps=None, addresses=True):
+            return tt.launch_transform(pt, topk, cu, 1, out, block, warps, addresses)
+
+        def theirs():
+            return sg.transform_index_page_table_prefill(pt, topk, ext, cu_seqlens_q=cu)
+    a = ours().clone()
+    bres = theirs()
+    equal = bool(torch.equal(a, bres))
+    row = dict(shape=name, tokens=t, requests=b, width=width, equal_to_sglang_0523=equal)
+    row["ours_eager_ms"] = bench(ours)
+    row["sglang_eager_ms"] = bench(theirs)
+    row["ours_graph_ms"] = graph_time(ours, torch)
+    row["sglang_graph_ms"] = graph_time(theirs, torch)
+    row["ours_host_us"] = host_us(ours, torch)
+    row["ours_direct_host_us"] = host_us(ours_direct, torch)
+    row["sglang_host_us"] = host_us(theirs, torch)
+    # the same kernel launched with tensor arguments (Triton resolves each pointer)
+    row["ours_tensor_args_host_us"] = host_us(lambda: ours_direct(addresses=False), torch)
+    row["ours_tensor_args_graph_ms"] = graph_time(lambda: ours_direct(addresses=False), torch)
+    row["sglang_host_us_again"] = host_us(theirs, torch)
+    row["ours_host_us_again"] = host_us(ours, torch)
+    row["ratio_eager"] = row["ours_eager_ms"] / row["sglang_eager_ms"]
+    row["ratio_graph"] = row["ours_graph_ms"] / row["sglang_graph_ms"]
+    variants = {}
+    for block, warps in VARIANTS:
+        ours_direct(block, warps)
+        same = bool(torch.equal(out, bres))
+        def variant(block=block, warps=warps):
+            return ours_direct(block, warps)
+
+        variants[f"{block}/{warps}"] = dict(graph_ms=graph_time(variant, torch), eager_ms=bench(variant),
+                                            equal=same)
+    row["variants"] = variants
+    valid = int((topk >= 0).sum())
+    stream_bytes = t * K * 8
+    row["floor_stream_ms"] = stream_bytes / (copy_rate * 1e12) * 1e3
+    row["floor_with_gathers_ms"] = (stream_bytes + valid * 32) / (copy_rate * 1e12) * 1e3
+    return row
+
+
 def transform_bench(rt, sg, torch, copy_rate, seed=0):
     from nsa_policy.runtime import _triton_transforms as tt
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     rows = []
     for name, b, per_req, width, is_decode in TRANSFORM_SHAPES:
-        t = b * per_req
-        pt = torch.randint(0, 1 << 24, (b, width), generator=gen, device="cuda", dtype=torch.int32)
-        topk = sparse_topk(t, K, width, 0.25, "cuda", gen)
-        out = torch.empty(t, K, dtype=torch.int32, device="cuda")
-        out_sg = torch.empty(t, K, dtype=torch.int32, device="cuda")
-        ext = [per_req] * b
-        cu = torch.arange(0, t + 1, per_req, device="cuda", dtype=torch.int32)
-        if is_decode:
-            def ours():
-                return rt.transform_index_page_table_decode(pt, topk, 1, out, impl="triton")
-
-            def ours_direct(block=None, warps=None, addresses=True):
-                return tt.launch_transform(pt, topk, None, 1, out, block, warps, addresses)
-
-            def theirs():
-                return sg.transform_index_page_table_decode(pt, topk, result=out_sg)
-        else:
-            def ours():
-                return rt.transform_index_page_table_prefill(pt, topk, page_size=1, out=out,
-                                                             cu_extend_lens=cu, impl="triton")
-
-            def ours_direct(block=None, warps=None, addresses=True):
-                return tt.launch_transform(pt, topk, cu, 1, out, block, warps, addresses)
-
-            def theirs():
-                return sg.transform_index_page_table_prefill(pt, topk, ext, cu_seqlens_q=cu)
-        a = ours().clone()
-        bres = theirs()
-        equal = bool(torch.equal(a, bres))
-        row = dict(shape=name, tokens=t, requests=b, width=width, equal_to_sglang_0523=equal)
-        row["ours_eager_ms"] = bench(ours)
-        row["sglang_eager_ms"] = bench(theirs)
-        row["ours_graph_ms"] = graph_time(ours, torch)
-        row["sglang_graph_ms"] = graph_time(theirs, torch)
-        row["ours_host_us"] = host_us(ours, torch)
-        row["ours_direct_host_us"] = host_us(ours_direct, torch)
-        row["sglang_host_us"] = host_us(theirs, torch)
-        # the same kernel launched with tensor arguments (Triton resolves each pointer)
-        row["ours_tensor_args_host_us"] = host_us(lambda: ours_direct(addresses=False), torch)
-        row["ours_tensor_args_graph_ms"] = graph_time(lambda: ours_direct(addresses=False), torch)
-        row["sglang_host_us_again"] = host_us(theirs, torch)
-        row["ours_host_us_again"] = host_us(ours, torch)
-        row["ratio_eager"] = row["ours_eager_ms"] / row["sglang_eager_ms"]
-        row["ratio_graph"] = row["ours_graph_ms"] / row["sglang_graph_ms"]
-        variants = {}
-        for block, warps in VARIANTS:
-            ours_direct(block, warps)
-            same = bool(torch.equal(out, bres))
-            variants[f"{block}/{warps}"] = dict(graph_ms=graph_time(lambda: ours_direct(block, warps), torch),
-                                                eager_ms=bench(lambda: ours_direct(block, warps)),
-                                                equal=same)
-        row["variants"] = variants
-        valid = int((topk >= 0).sum())
-        stream_bytes = t * K * 8
-        row["floor_stream_ms"] = stream_bytes / (copy_rate * 1e12) * 1e3
-        row["floor_with_gathers_ms"] = (stream_bytes + valid * 32) / (copy_rate * 1e12) * 1e3
+        row = _transform_shape(rt, sg, tt, torch, gen, copy_rate, name, b, per_req, width, is_decode)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del pt, topk, out, out_sg
         torch.cuda.empty_cache()
     return rows
 
 
+def _mla_shape(rt, torch, flashinfer, flash_mla, gen, pool, scale, kv, page_table, rows3, ckv, kpe, t, heads):
+    q = torch.randn(t, heads, 576, generator=gen, device="cuda").to(torch.bfloat16)
+    # two requests, sglang-shaped rows: the first starts with no prefix, so its token i has
+    # i + 1 positions then −1s (rows partly −1); the second's prefix nearly fills the pool,
+    # so its rows hold K positions
+    half, prefix = t // 2, pool - t
+    cols = torch.arange(K, device="cuda")
+    first = torch.where(cols[None, :] <= torch.arange(half, device="cuda")[:, None], cols[None, :], -1)
+    second = torch.randint(0, prefix, (t - half, K), generator=gen, device="cuda")
+    topk = torch.cat([first, second]).to(torch.int32)
+    table = torch.stack([page_table[0, :prefix + t - half], page_table[0, -(prefix + t - half):]])
+    extend, seq = [half, t - half], [half, prefix + t - half]
+    valid = int((topk >= 0).sum())
+    flops = 2 * heads * (576 + 512) * valid
+    slots = rt.transform_index_page_table_prefill(table, topk, extend, impl="triton")
+    packed, counts = rt.transform_index_page_table_prefill_compact(table, topk, extend, impl="triton")
+    row = dict(tokens=t, heads=heads, k=K, pool=pool, valid_indices=valid,
+               minus_one_fraction=1 - valid / (t * K))
+
+    # --- FlashMLA sparse prefill (padded to 64 heads below 64, as the adapter does)
+    qp = q if heads in (64, 128) else torch.cat(
+        [q, q.new_zeros(t, 64 - heads, 576)], dim=1)
+    fm_in = dict(q=qp, kv=rows3, sm_scale=scale, d_v=512, use_legacy=True, return_log2_lse=False)
+
+    def fm_bare():
+        return flash_mla.flash_mla_sparse_fwd(indices=slots.unsqueeze(1), **fm_in)[0]
+
+    def fm_bare_len():
+        return flash_mla.flash_mla_sparse_fwd(indices=packed.unsqueeze(1), topk_length=counts, **fm_in)[0]
+
+    fm = rt.SparseMLAAdapter.from_decision(
+        decision(prefill_backend="flashmla_sparse", decode_backend="fa3"), device="cuda",
+        softmax_scale=scale, num_heads=heads, phases=("prefill",))
+    fm_plan = fm.plan_prefill(extend, seq)
+
+    def fm_adapter():
+        return fm.prefill(q, kv, topk, table, fm_plan)
+
+    # --- flashinfer FA3 paged MLA on the same valid indices (CSR, no −1)
+    fa = rt.SparseMLAAdapter.from_decision(decision(), device="cuda", softmax_scale=scale,
+                                           num_heads=heads, prefill_backend="fa3", phases=("prefill",))
+    fa_plan = fa.plan_prefill(extend, seq)
+
+    def fa_adapter():
+        return fa.prefill(q, kv, topk, table, fa_plan)
+
+    bare = flashinfer.mla.BatchMLAPagedAttentionWrapper(
+        torch.empty(128 << 20, dtype=torch.int8, device="cuda"), backend="fa3")
+    indptr = torch.zeros(t + 1, dtype=torch.int32, device="cuda")
+    torch.cumsum(counts, 0, out=indptr[1:])
+    indices = packed[packed >= 0]  # rows are valid-first, so this keeps the CSR order
+    bare.plan(qo_indptr=torch.arange(t + 1, dtype=torch.int32, device="cuda"), kv_indptr=indptr,
+              kv_indices=indices, kv_len_arr=counts, num_heads=heads, head_dim_ckv=512,
+              head_dim_kpe=64, page_size=1, causal=False, sm_scale=scale,
+              q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+    q_nope, q_pe = q[..., :512], q[..., 512:]
+
+    def fa_bare():
+        return bare.run(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv, kpe_cache=kpe)
+
+    ref_out = fa_bare().float()
+    checks = {}
+    for nm, fn in (("flashmla_bare", fm_bare), ("flashmla_bare_topk_length", fm_bare_len),
+                   ("flashmla_adapter", fm_adapter), ("fa3_adapter", fa_adapter)):
+        o = fn()[:, :heads].float()
+        checks[nm] = float((o - ref_out).norm() / ref_out.norm())
+    row["rel_diff_vs_fa3_bare"] = checks
+    times = {}
+    for nm, fn in (("flashmla_bare", fm_bare), ("flashmla_bare_topk_length", fm_bare_len),
+                   ("flashmla_adapter", fm_adapter), ("fa3_bare", fa_bare), ("fa3_adapter", fa_adapter)):
+        times[nm] = min(bench(fn, 300) for _ in range(2))
+    row["ms"] = times
+    row["tflops"] = {nm: flops / ms / 1e9 for nm, ms in times.items()}
+    pk, pc = torch.empty_like(packed), torch.empty_like(counts)
+    cu = fm_plan.cu_extend_lens
+    row["stage_ms"] = {
+        "compact_transform": bench(lambda: rt.transform_index_page_table_prefill_compact(
+            table, topk, page_size=1, out=pk, counts=pc, cu_extend_lens=cu, impl="triton")),
+    }
+    row["host_us"] = {"flashmla_adapter": host_us(fm_adapter, torch, calls=50),
+                      "flashmla_bare_topk_length": host_us(fm_bare_len, torch, calls=50),
+                      "fa3_adapter": host_us(fa_adapter, torch, calls=50),
+                      "fa3_bare": host_us(fa_bare, torch, calls=50)}
+    row["adapter_vs_bare"] = {
+        "flashmla_vs_bare": times["flashmla_bare"] / times["flashmla_adapter"],
+        "flashmla_vs_bare_topk_length": times["flashmla_bare_topk_length"] / times["flashmla_adapter"],
+        "fa3": times["fa3_bare"] / times["fa3_adapter"],
+    }
+    return row
+
+
 def mla_bench(rt, torch):
-    import flashinfer
     import flash_mla
+    import flashinfer
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     pool = 1 << 20
@@ -175,96 +271,10 @@ def mla_bench(rt, torch):
     ckv, kpe = rows3[..., :512], rows3[..., 512:]
     results = []
     for t, heads in ((4096, 128), (4096, 64), (4096, 16), (128, 128)):
-        q = torch.randn(t, heads, 576, generator=gen, device="cuda").to(torch.bfloat16)
-        # two requests, sglang-shaped rows: the first starts with no prefix, so its token i has
-        # i + 1 positions then −1s (rows partly −1); the second's prefix nearly fills the pool,
-        # so its rows hold K positions
-        half, prefix = t // 2, pool - t
-        cols = torch.arange(K, device="cuda")
-        first = torch.where(cols[None, :] <= torch.arange(half, device="cuda")[:, None], cols[None, :], -1)
-        second = torch.randint(0, prefix, (t - half, K), generator=gen, device="cuda")
-        topk = torch.cat([first, second]).to(torch.int32)
-        table = torch.stack([page_table[0, :prefix + t - half], page_table[0, -(prefix + t - half):]])
-        extend, seq = [half, t - half], [half, prefix + t - half]
-        valid = int((topk >= 0).sum())
-        flops = 2 * heads * (576 + 512) * valid
-        slots = rt.transform_index_page_table_prefill(table, topk, extend, impl="triton")
-        packed, counts = rt.transform_index_page_table_prefill_compact(table, topk, extend, impl="triton")
-        row = dict(tokens=t, heads=heads, k=K, pool=pool, valid_indices=valid,
-                   minus_one_fraction=1 - valid / (t * K))
-
-        # --- FlashMLA sparse prefill (padded to 64 heads below 64, as the adapter does)
-        qp = q if heads in (64, 128) else torch.cat(
-            [q, q.new_zeros(t, 64 - heads, 576)], dim=1)
-        fm_in = dict(q=qp, kv=rows3, sm_scale=scale, d_v=512, use_legacy=True, return_log2_lse=False)
-
-        def fm_bare():
-            return flash_mla.flash_mla_sparse_fwd(indices=slots.unsqueeze(1), **fm_in)[0]
-
-        def fm_bare_len():
-            return flash_mla.flash_mla_sparse_fwd(indices=packed.unsqueeze(1), topk_length=counts, **fm_in)[0]
-
-        fm = rt.SparseMLAAdapter.from_decision(
-            decision(prefill_backend="flashmla_sparse", decode_backend="fa3"), device="cuda",
-            softmax_scale=scale, num_heads=heads, phases=("prefill",))
-        fm_plan = fm.plan_prefill(extend, seq)
-
-        def fm_adapter():
-            return fm.prefill(q, kv, topk, table, fm_plan)
-
-        # --- flashinfer FA3 paged MLA on the same valid indices (CSR, no −1)
-        fa = rt.SparseMLAAdapter.from_decision(decision(), device="cuda", softmax_scale=scale,
-                                               num_heads=heads, prefill_backend="fa3", phases=("prefill",))
-        fa_plan = fa.plan_prefill(extend, seq)
-
-        def fa_adapter():
-            return fa.prefill(q, kv, topk, table, fa_plan)
-
-        bare = flashinfer.mla.BatchMLAPagedAttentionWrapper(
-            torch.empty(128 << 20, dtype=torch.int8, device="cuda"), backend="fa3")
-        indptr = torch.zeros(t + 1, dtype=torch.int32, device="cuda")
-        torch.cumsum(counts, 0, out=indptr[1:])
-        indices = packed[packed >= 0]  # rows are valid-first, so this keeps the CSR order
-        bare.plan(qo_indptr=torch.arange(t + 1, dtype=torch.int32, device="cuda"), kv_indptr=indptr,
-                  kv_indices=indices, kv_len_arr=counts, num_heads=heads, head_dim_ckv=512,
-                  head_dim_kpe=64, page_size=1, causal=False, sm_scale=scale,
-                  q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
-        q_nope, q_pe = q[..., :512], q[..., 512:]
-
-        def fa_bare():
-            return bare.run(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv, kpe_cache=kpe)
-
-        ref_out = fa_bare().float()
-        checks = {}
-        for nm, fn in (("flashmla_bare", fm_bare), ("flashmla_bare_topk_length", fm_bare_len),
-                       ("flashmla_adapter", fm_adapter), ("fa3_adapter", fa_adapter)):
-            o = fn()[:, :heads].float()
-            checks[nm] = float((o - ref_out).norm() / ref_out.norm())
-        row["rel_diff_vs_fa3_bare"] = checks
-        times = {}
-        for nm, fn in (("flashmla_bare", fm_bare), ("flashmla_bare_topk_length", fm_bare_len),
-                       ("flashmla_adapter", fm_adapter), ("fa3_bare", fa_bare), ("fa3_adapter", fa_adapter)):
-            times[nm] = min(bench(fn, 300) for _ in range(2))
-        row["ms"] = times
-        row["tflops"] = {nm: flops / ms / 1e9 for nm, ms in times.items()}
-        pk, pc = torch.empty_like(packed), torch.empty_like(counts)
-        cu = fm_plan.cu_extend_lens
-        row["stage_ms"] = {
-            "compact_transform": bench(lambda: rt.transform_index_page_table_prefill_compact(
-                table, topk, page_size=1, out=pk, counts=pc, cu_extend_lens=cu, impl="triton")),
-        }
-        row["host_us"] = {"flashmla_adapter": host_us(fm_adapter, torch, calls=50),
-                          "flashmla_bare_topk_length": host_us(fm_bare_len, torch, calls=50),
-                          "fa3_adapter": host_us(fa_adapter, torch, calls=50),
-                          "fa3_bare": host_us(fa_bare, torch, calls=50)}
-        row["adapter_vs_bare"] = {
-            "flashmla_vs_bare": times["flashmla_bare"] / times["flashmla_adapter"],
-            "flashmla_vs_bare_topk_length": times["flashmla_bare_topk_length"] / times["flashmla_adapter"],
-            "fa3": times["fa3_bare"] / times["fa3_adapter"],
-        }
+        row = _mla_shape(rt, torch, flashinfer, flash_mla, gen, pool, scale, kv, page_table, rows3,
+                         ckv, kpe, t, heads)
         results.append(row)
         print(json.dumps(row), flush=True)
-        del q, topk, slots, packed, counts, bare, fa, fm, table
         torch.cuda.empty_cache()
     return results
 
@@ -280,7 +290,8 @@ def markdown(env, copy_rate, passes, mla_rows) -> str:
                   "Eager: do_bench median, L2 flushed. Graph: per call in a graph of 20 calls. Host: µs per "
                   "eager call (launch loop, no sync). Floor: 8 B per entry (read + write) at the measured "
                   "copy rate; with gathers: + a 32 B sector per valid entry.", "",
-                  "| shape (pass) | ours eager / graph (ms) | sglang 0.5.23 eager / graph (ms) | ratio eager / graph | host µs ours API (direct; tensor args) / sglang | floor stream / with gathers (ms) | equal |",
+                  "| shape (pass) | ours eager / graph (ms) | sglang 0.5.23 eager / graph (ms) | ratio eager / graph "
+                  "| host µs ours API (direct; tensor args) / sglang | floor stream / with gathers (ms) | equal |",
                   "|---|---|---|---|---|---|---|"]
         for i, rows in enumerate(passes, 1):
             for r in rows:
@@ -288,7 +299,8 @@ def markdown(env, copy_rate, passes, mla_rows) -> str:
                     f"| {r['shape']} ({i}) | {r['ours_eager_ms']:.4f} / {r['ours_graph_ms']:.4f} | "
                     f"{r['sglang_eager_ms']:.4f} / {r['sglang_graph_ms']:.4f} | {r['ratio_eager']:.2f} / "
                     f"{r['ratio_graph']:.2f} | {r['ours_host_us']:.1f} ({r['ours_direct_host_us']:.1f}; tensor args "
-                    f"{r['ours_tensor_args_host_us']:.1f}) / {r['sglang_host_us']:.1f} | {r['floor_stream_ms']:.4f} / {r['floor_with_gathers_ms']:.4f} | "
+                    f"{r['ours_tensor_args_host_us']:.1f}) / {r['sglang_host_us']:.1f} | "
+                    f"{r['floor_stream_ms']:.4f} / {r['floor_with_gathers_ms']:.4f} | "
                     f"{r['equal_to_sglang_0523']} |")
         lines += ["", "Our plain transform at other (block / warps), graph ms (pass 1):", "",
                   "| shape | " + " | ".join(f"{b}/{w}" for b, w in VARIANTS) + " |",
@@ -297,10 +309,12 @@ def markdown(env, copy_rate, passes, mla_rows) -> str:
             lines.append(f"| {r['shape']} | " + " | ".join(
                 f"{r['variants'][f'{b}/{w}']['graph_ms']:.4f}" for b, w in VARIANTS) + " |")
     if mla_rows:
-        lines += ["", "## FlashMLA sparse prefill vs flashinfer FA3 paged MLA (K = 2048, 1M-token bf16 pool, rows partly −1)", "",
+        lines += ["", "## FlashMLA sparse prefill vs flashinfer FA3 paged MLA "
+                  "(K = 2048, 1M-token bf16 pool, rows partly −1)", "",
                   "TFLOP/s = 2 · H · (576 + 512) · valid indices / time, the same count for both kernels. "
                   "FlashMLA below 64 heads runs padded to 64 (counted on the real heads).", "",
-                  "| T × H | FlashMLA bare (ms, TFLOP/s) | FlashMLA bare + topk_length | FlashMLA adapter | adapter / bare | FA3 bare | FA3 adapter | adapter / bare |",
+                  "| T × H | FlashMLA bare (ms, TFLOP/s) | FlashMLA bare + topk_length | FlashMLA adapter "
+                  "| adapter / bare | FA3 bare | FA3 adapter | adapter / bare |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in mla_rows:
             ms, tf, av = r["ms"], r["tflops"], r["adapter_vs_bare"]

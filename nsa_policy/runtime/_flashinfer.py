@@ -89,7 +89,7 @@ SM12X_MAX_HEADS = 128
 SM12X_PREFILL_TOPK_MULTIPLE = 64
 
 
-def parameters(fn: Any) -> Optional[set]:
+def parameters(fn: Any) -> Optional[set[str]]:
     """Names `fn` accepts, or None when it takes **kwargs (or has no inspectable signature)."""
     try:
         sig = inspect.signature(fn)

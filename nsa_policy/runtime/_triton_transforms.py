@@ -1,3 +1,5 @@
+# mypy: disable-error-code="untyped-decorator,no-untyped-def,no-untyped-call"
+# (Triton kernels take untyped tensors/constexprs by design)
 """Top-k → page-table transforms as single Triton launches (CUDA only).
 
 One program per query token (row). The row finds its request on the device from the cumulative
@@ -8,7 +10,7 @@ written as −1 and never dereferenced.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import triton
@@ -253,7 +255,7 @@ def _block_for(k: int) -> tuple[int, int]:
 # goes through it and compiles; the compiled kernel is kept under a key at least as fine as
 # Triton's own specialisation (dtypes, 16-byte alignment of every pointer, ints equal to 1 or
 # divisible by 16, 64-bit ints), and later calls launch it directly.
-_COMPILED: dict = {}
+_COMPILED: dict[tuple[Any, ...], Any] = {}
 _knobs = getattr(triton, "knobs", None)
 
 
@@ -265,7 +267,7 @@ def _arg_key(arg) -> object:
     return arg
 
 
-def _launch(kernel, grid: tuple, args: tuple, num_warps: int) -> None:
+def _launch(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], num_warps: int) -> None:
     key = (kernel, grid.__len__(), num_warps, tuple(_arg_key(a) for a in args), args[0].device.index)
     compiled = _COMPILED.get(key)
     hooks = _knobs is not None and _knobs.runtime.launch_enter_hook is not None
@@ -285,7 +287,7 @@ def _spec(x: int) -> int:
     return (x & 15 == 0) | ((x == 1) << 1) | ((not -(1 << 31) <= x < (1 << 31)) << 2)
 
 
-_SEARCH: dict = {}
+_SEARCH: dict[int, tuple[int, int]] = {}
 
 
 def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
@@ -334,7 +336,7 @@ def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
     return out
 
 
-_COMPILED_ADDR: dict = {}
+_COMPILED_ADDR: dict[tuple[Any, ...], Any] = {}
 
 
 def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tensor,

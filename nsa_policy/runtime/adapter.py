@@ -22,9 +22,12 @@ from nsa_policy.runtime.errors import AdapterConfigError
 from nsa_policy.runtime.quant import BYTES_656, FP8_MAX, dequantize_fp8_656, dequantize_fp8_per_tensor
 from nsa_policy.runtime.reference import HEAD_DIM_QK, KV_LORA_RANK, sparse_mla_reference
 from nsa_policy.runtime.transforms import (
-    cumulative_extend_lens, transform_index_page_table_decode,
-    transform_index_page_table_decode_compact, transform_index_page_table_prefill,
-    transform_index_page_table_prefill_compact, transform_into_csr,
+    cumulative_extend_lens,
+    transform_index_page_table_decode,
+    transform_index_page_table_decode_compact,
+    transform_index_page_table_prefill,
+    transform_index_page_table_prefill_compact,
+    transform_into_csr,
 )
 
 PHASES = ("prefill", "decode")
@@ -171,7 +174,7 @@ class SparseMLAAdapter:
         transform_impl: str = "auto", workspace_bytes: Optional[int] = None,
         kv_scale_format: str = _flashinfer.DEFAULT_KV_SCALE_FORMAT,
         flashinfer: Any = None, flash_mla: Any = None,
-    ) -> "SparseMLAAdapter":
+    ) -> SparseMLAAdapter:
         """Check the decision against this device and the kernel packages, and build the adapter.
 
         `device_class` overrides detection (a device torch cannot query, or tests);

@@ -139,7 +139,7 @@ class BatchPlanner:
 
     @classmethod
     def from_decision(cls, decision: Any, *, prefill_context_parallel: bool = False,
-                      hisparse: bool = False) -> "BatchPlanner":
+                      hisparse: bool = False) -> BatchPlanner:
         """Read the thresholds from a resolved decision (duck-typed: any object with the
         attributes of `nsa_policy.decision.Decision`)."""
         errors = getattr(decision, "errors", ())
@@ -153,10 +153,10 @@ class BatchPlanner:
         if threshold is None:
             threshold = getattr(decision, "index_topk", None)
         return cls(
-            prefill_backend=getattr(decision, "prefill_backend"),
-            decode_backend=getattr(decision, "decode_backend"),
-            device_class=getattr(decision, "device_class"),
-            kv_cache_dtype=getattr(decision, "kv_cache_dtype"),
+            prefill_backend=decision.prefill_backend,
+            decode_backend=decision.decode_backend,
+            device_class=decision.device_class,
+            kv_cache_dtype=decision.kv_cache_dtype,
             dense_attn_kv_len_threshold=threshold,
             mha_chunk_capacity=getattr(runtime, "mha_chunk_capacity", DEFAULT_MHA_CHUNK_CAPACITY),
             flashmla_auto_ratio=getattr(runtime, "flashmla_auto_ratio", DEFAULT_FLASHMLA_AUTO_RATIO),

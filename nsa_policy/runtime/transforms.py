@@ -13,7 +13,7 @@ raises; it never falls back silently.
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import cache
 from typing import Optional, Sequence, Union
 
 import torch
@@ -25,12 +25,12 @@ IMPLS = ("auto", "torch", "triton")
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _triton_importable() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cuda_with_triton() -> bool:
     return torch.cuda.is_available() and _triton_importable()
 

@@ -15,8 +15,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from nsa_policy.runtime import (  # noqa: E402
-    AdapterConfigError, SparseMLAAdapter, dequantize_fp8_656, quantize_fp8_656,
-    quantize_fp8_per_tensor, softmax_scale_for, sparse_mla_reference,
+    AdapterConfigError,
+    SparseMLAAdapter,
+    dequantize_fp8_656,
+    quantize_fp8_656,
+    quantize_fp8_per_tensor,
+    softmax_scale_for,
+    sparse_mla_reference,
     transform_index_page_table_prefill,
 )
 
@@ -386,7 +391,7 @@ def test_fa3_plans_once_per_forward_and_rewrites_only_the_index_buffer(fake_flas
     assert plan.kv_lens.tolist() == prob["lengths"]
     buffer_ptr = plan.kv_indices.data_ptr()
     g = torch.Generator().manual_seed(5)
-    for layer in range(3):
+    for _layer in range(3):
         # each layer's indexer picks differently; the counts stay min(L, K)
         topk = prob["topk"].clone()
         for t, row in enumerate(topk):
@@ -451,7 +456,8 @@ def test_backend_from_another_package_is_refused_with_what_would_run(fake_flashi
 
 def test_backend_on_the_wrong_device_is_refused(fake_flashinfer):
     d = decision(prefill_backend="trtllm", decode_backend="trtllm", kv_cache_layout="bf16-576")
-    with pytest.raises(AdapterConfigError, match=r"'trtllm' runs on sm100, sm103, not on sm90.*\['fa3', 'flashmla_sparse', 'flashmla_kv', 'flashmla_auto', 'torch'\]"):
+    on_sm90 = r"\['fa3', 'flashmla_sparse', 'flashmla_kv', 'flashmla_auto', 'torch'\]"
+    with pytest.raises(AdapterConfigError, match=r"'trtllm' runs on sm100, sm103, not on sm90.*" + on_sm90):
         build(d, device_class="sm90", flashinfer=fake_flashinfer)
     with pytest.raises(AdapterConfigError, match="not on cpu"):
         build(d, flashinfer=fake_flashinfer)          # detected: the CPU

@@ -16,7 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from nsa_policy.runtime import (  # noqa: E402
-    AdapterConfigError, SparseMLAAdapter, dequantize_fp8_656, quantize_fp8_656, softmax_scale_for,
+    AdapterConfigError,
+    SparseMLAAdapter,
+    dequantize_fp8_656,
+    quantize_fp8_656,
+    softmax_scale_for,
     sparse_mla_reference,
 )
 

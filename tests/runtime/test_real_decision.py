@@ -26,10 +26,11 @@ def test_planner_reads_a_resolved_h200_and_b200_decision():
 
 def test_adapter_builds_from_a_resolved_b200_decision():
     pytest.importorskip("torch")
+    import types
+
     from nsa_policy.runtime import SparseMLAAdapter
 
     from .test_adapter import RecordingTrtllm, real_signatures
-    import types
     sigs = real_signatures()
     trt = RecordingTrtllm(sigs["flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla"])
     import flashinfer
@@ -46,12 +47,14 @@ def test_adapter_builds_from_a_resolved_b200_decision():
 def test_adapter_builds_the_h200_default_decisions_with_flashmla(config):
     """H200: bf16 → flashmla_sparse prefill + fa3 decode; fp8 → flashmla_kv both sides."""
     pytest.importorskip("torch")
+    import types
+
+    import flashinfer
+
     from nsa_policy.runtime import SparseMLAAdapter
 
     from .test_adapter import FakeMLAWrapper, real_signatures
     from .test_flashmla import FakeFlashMLA
-    import types
-    import flashinfer
     FakeMLAWrapper.signatures, FakeMLAWrapper.instances = real_signatures(), []
     fi = types.SimpleNamespace(__version__=flashinfer.__version__,
                                mla=types.SimpleNamespace(BatchMLAPagedAttentionWrapper=FakeMLAWrapper))

@@ -6,8 +6,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from nsa_policy.runtime import (  # noqa: E402
-    dequantize_fp8_656, dequantize_fp8_per_tensor, quantize_fp8_656, quantize_fp8_per_tensor,
-    softmax_scale_for, sparse_mla_reference,
+    dequantize_fp8_656,
+    dequantize_fp8_per_tensor,
+    quantize_fp8_656,
+    quantize_fp8_per_tensor,
+    softmax_scale_for,
+    sparse_mla_reference,
 )
 from nsa_policy.runtime.reference import dense_masked_reference  # noqa: E402
 

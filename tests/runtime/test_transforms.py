@@ -2,11 +2,14 @@
 import pytest
 
 torch = pytest.importorskip("torch")
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from nsa_policy.runtime import (  # noqa: E402
-    transform_index_page_table_decode, transform_index_page_table_decode_compact,
-    transform_index_page_table_prefill, transform_index_page_table_prefill_compact,
+    transform_index_page_table_decode,
+    transform_index_page_table_decode_compact,
+    transform_index_page_table_prefill,
+    transform_index_page_table_prefill_compact,
 )
 from nsa_policy.runtime.transforms import transform_into_csr, triton_available  # noqa: E402
 
