@@ -7,7 +7,8 @@ by level), codes that must be absent, and rules that must fire. Format: docs/rul
 
 A bundle's tests run against that bundle only: a bundle that extends another does not inherit its
 parent's cases (it may change exactly what they pin down). An abstract bundle cannot be evaluated,
-so its cases run against each concrete bundle beside it that extends it. The bundle loader reads only
+so its cases run against each concrete bundle beside it (same folder) that extends it, and testing
+such a bundle runs them too. The bundle loader reads only
 the top-level *.yaml of a bundle folder, so tests/ never becomes rules and never changes the digest.
 """
 from __future__ import annotations
@@ -22,7 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from nsa_policy.catalog.codes import load_codes
 from nsa_policy.catalog.paths import policy_dir, rules_dir
 from nsa_policy.catalog.store import KV_DTYPES, load_catalog
-from nsa_policy.engine.bundle import BUNDLE_FILE, BundleFile, get_bundle, list_bundles, release_bundle
+from nsa_policy.engine.bundle import (
+    BUNDLE_FILE,
+    BundleFile,
+    concrete_bundles,
+    get_bundle,
+    list_bundles,
+    release_bundle,
+)
 from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.facts import Facts
 from nsa_policy.engine.schema_load import validate_doc
@@ -276,34 +284,51 @@ def heirs(folder: Path) -> list[tuple[str, str]]:
     return out
 
 
-def plan(policy: str, extra: Sequence[str] = ()) -> list[RuleTestRun]:
-    """The runs `nsa-policy test --policy POLICY [--cases …]` makes."""
-    folder = bundle_folder(policy)
+def abstract_ancestors(folder: Path, policy: str) -> list[Path]:
+    """The abstract bundles beside a concrete one that it extends, oldest first: their cases apply to it."""
+    here = folder.resolve()
+    out: list[Path] = []
+    for f in get_bundle(policy).files:
+        parent = Path(f).resolve().parent
+        if parent != here and parent.parent == here.parent and parent not in out and _head(parent).abstract:
+            out.append(parent)
+    return out
+
+
+def _runs(folder: Path, extra_paths: Sequence[Path]) -> list[RuleTestRun]:
     head = _head(folder)
-    own = bundle_test_files(folder)
-    extra_paths = expand_case_paths(extra)
-    if not own and not extra_paths:
+    if head.abstract:
+        targets = heirs(folder)
+        if not targets:
+            raise InputError("--policy", str(folder), hint="an abstract bundle, and no concrete bundle beside it extends it")
+        groups = [(head.name, bundle_test_files(folder))]
+    else:
+        target = _target(folder)
+        targets = [(target, get_bundle(target).name)]
+        groups = [(_head(a).name, bundle_test_files(a)) for a in abstract_ancestors(folder, target)]
+        groups.append((head.name, bundle_test_files(folder)))
+    loaded = [(who, files, tuple(load_files(files))) for who, files in groups if files]
+    if extra_paths:
+        loaded.append(("--cases", list(extra_paths), tuple(c for p in extra_paths for c in load_test_file(p))))
+    return [RuleTestRun(policy=target, bundle=name, tests_of=who, files=tuple(_shown(p) for p in files), cases=cases)
+            for target, name in targets for who, files, cases in loaded]
+
+
+def plan(policy: str, extra: Sequence[str] = ()) -> list[RuleTestRun]:
+    """The runs `nsa-policy test --policy POLICY [--cases …]` makes: the bundle's own tests, those of
+    the abstract bundles beside it that it extends, and the extra files (an abstract bundle's own tests
+    run against each of its heirs instead)."""
+    folder = bundle_folder(policy)
+    runs = _runs(folder, expand_case_paths(extra))
+    if not runs:
         raise InputError("--policy", policy,
                          hint=f"{folder / TESTS_DIR} has no *.yaml test files, and no --cases were given")
-    targets = heirs(folder) if head.abstract else [(_target(folder), get_bundle(_target(folder)).name)]
-    if not targets:
-        raise InputError("--policy", policy, hint="an abstract bundle, and no concrete bundle beside it extends it")
-    own_cases = tuple(load_files(own))
-    extra_cases = tuple(c for p in extra_paths for c in load_test_file(p))
-    runs = []
-    for target, name in targets:
-        if own_cases:
-            runs.append(RuleTestRun(policy=target, bundle=name, tests_of=head.name,
-                                files=tuple(_shown(p) for p in own), cases=own_cases))
-        if extra_cases:
-            runs.append(RuleTestRun(policy=target, bundle=name, tests_of="--cases",
-                                files=tuple(_shown(p) for p in extra_paths), cases=extra_cases))
     return runs
 
 
 def shipped_plan() -> list[RuleTestRun]:
-    """Every shipped bundle's tests (an abstract one's against each of its heirs)."""
-    return [run for name in list_bundles() if bundle_test_files(policy_dir() / name) for run in plan(name)]
+    """The tests of every shipped concrete bundle (a bundle with none has no runs)."""
+    return [run for name in concrete_bundles() for run in _runs(policy_dir() / name, ())]
 
 
 def _same(got: Any, want: Any) -> bool:
@@ -453,6 +478,7 @@ __all__ = [
     "execute",
     "facts_of",
     "heirs",
+    "abstract_ancestors",
     "load_files",
     "load_test_file",
     "not_fired",

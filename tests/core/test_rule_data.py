@@ -148,6 +148,15 @@ def test_an_abstract_bundle_s_cases_run_against_its_heirs(tmp_path: Path) -> Non
     result = cli("--policy", str(tmp_path / "mybase"))
     assert result.exit_code == 0, result.output
     assert "one (tests of mybase): 1 passed, 0 failed" in result.stdout
+    # testing an heir runs the cases of the abstract bundle beside it that it extends, then its own
+    (tmp_path / "one" / "tests").mkdir()
+    (tmp_path / "one" / "tests" / "t.yaml").write_text(
+        "cases:\n  - name: b200\n    input: {device: b200, model: deepseek-ai/DeepSeek-V3.2}\n"
+        "    expect: {kv_cache_dtype: fp8_e4m3}\n")
+    assert [(r.bundle, r.tests_of, len(r.cases)) for r in plan(str(tmp_path / "one"))] == [("one", "mybase", 1),
+                                                                                          ("one", "one", 1)]
+    # …but not those of a concrete parent, nor of an abstract one elsewhere (the shipped base)
+    assert [r.tests_of for r in plan(str(tmp_path / "other"), [str(tmp_path / "one" / "tests")])] == ["--cases"]
 
 
 def test_the_tests_folder_is_not_read_as_rules(tmp_path: Path) -> None:
@@ -249,8 +258,8 @@ def test_a_shipped_name_means_the_shipped_bundle_even_beside_a_local_folder_of_t
     (local_dir / "20-kv-cache.yaml").write_text(hopper_fp8)
     monkeypatch.chdir(tmp_path)
     shipped = plan("default")
-    assert [r.files for r in shipped] == [tuple(f"rules/policy/default/tests/{p.name}"
-                                                for p in bundle_test_files(policy_dir() / "default"))]
+    assert [(r.tests_of, r.files) for r in shipped][-1] == (
+        "default", tuple(f"rules/policy/default/tests/{p.name}" for p in bundle_test_files(policy_dir() / "default")))
     [local] = plan("./default")
     assert local.files == ("default/tests/site.yaml",)  # shown as given
     assert local.policy == str((tmp_path / "default").resolve())  # what get_bundle must take to mean the folder
