@@ -7,15 +7,24 @@ import sys
 import traceback
 from typing import Any, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
+
+try:  # typer >= 0.2x runs on its own vendored click (and no longer depends on the click package)
+    from typer import _click as click
+except ImportError:  # pragma: no cover - older typer runs on the click package
+    import click  # type: ignore[no-redef]
 
 from nsa_policy import __version__
 from nsa_policy.commands._common import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_OK, fail_usage
 from nsa_policy.errors import NsaPolicyError
 
 _DEBUG = {"on": bool(os.environ.get("NSA_POLICY_DEBUG"))}
+# exits and usage errors pass through to typer, which prints them and exits 2 (or the given code)
+_PASSTHROUGH: tuple[type[BaseException], ...] = tuple(
+    t for t in (typer.Exit, SystemExit, click.ClickException, getattr(typer, "Abort", None),
+                getattr(click, "Abort", None), getattr(getattr(click, "exceptions", None), "Exit", None))
+    if isinstance(t, type))
 
 
 class _Commands(TyperGroup):
@@ -31,7 +40,7 @@ class _Commands(TyperGroup):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+        except _PASSTHROUGH:
             raise
         except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -22,7 +22,7 @@ FIELD_ALIASES: dict[str, str] = load_args().field_aliases()
 # sglang 0.5.22+ spells DP attention as --attn-dp-size N (it turns the deprecated
 # `--dp-size N --enable-dp-attention` into attn_dp_size=N, dp_size=1); the policy reads it as that pair.
 ATTN_DP_NAMES: tuple[str, ...] = tuple(a.name for a in load_args().argument("attn_dp_size").attributes)
-PACKAGES = ("flashinfer-python", "sgl-kernel", "tilelang", "flashinfer-cubin", "flashinfer-jit-cache", "sglang")
+PACKAGES = ("flashinfer-python", "sgl-kernel", "tilelang", "flashinfer-cubin", "flashinfer-jit-cache", "sglang", "triton")
 
 
 def _validate_config(values: dict[str, Any]) -> ServingConfig:

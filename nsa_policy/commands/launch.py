@@ -93,7 +93,7 @@ def launch(
                 "argv": list(plan.argv), "env": plan.env_additions, "added_flags": list(plan.added_flags),
                 "rewritten": list(plan.rewritten), "command": plan.shell_line(),
                 "sglang": plan.release.model_dump(mode="json"), "notes": list(plan.notes),
-                "engine": {"bundle": plan.engine_bundle,
+                "engine": {"bundle": plan.engine_bundle, "overrides": plan.engine_overrides,
                            "decision": plan.engine_decision.model_dump(mode="json") if plan.engine_decision else None},
                 "decision": plan.decision.model_dump(mode="json")}))
         else:

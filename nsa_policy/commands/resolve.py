@@ -14,22 +14,33 @@ from typing import Any, Callable, Optional
 import typer
 
 from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_after_output, fail_usage
-from nsa_policy.integration.decision_log import check_log_path
 from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError
+from nsa_policy.integration.decision_log import check_log_path
 
 _TYPES = {"str": Optional[str], "int": Optional[int], "bool": bool}
 _HELP = {"dense_attn_kv_len_threshold": "Overrides the SGLANG_{NSA,DSA}_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD environment."}
 
 
 def parse_packages(items: Optional[list[str]]) -> Optional[dict[str, str]]:
+    """--package NAME=VERSION (or NAME==VERSION): a known distribution (PEP 503 name) at a PEP 440 version."""
+    from nsa_policy.inputs import PACKAGES
+    from nsa_policy.versions import canonical_name, parse_version
+
     if not items:
         return None
-    out = {}
+    out: dict[str, str] = {}
     for item in items:
         name, sep, version = item.partition("=")
-        if not sep or not name or not version:
+        version = version[1:] if version.startswith("=") else version  # pip's NAME==VERSION
+        if not sep or not name.strip() or not version.strip():
             raise InputError("--package", item, hint="expected NAME=VERSION, e.g. flashinfer-python=0.6.7.post2")
-        out[name.strip()] = version.strip()
+        dist = canonical_name(name)
+        if dist not in PACKAGES:
+            raise InputError("--package", name.strip(), list(PACKAGES), hint="not a package the policy reads")
+        parse_version(version.strip(), field=f"--package {dist}")
+        if dist in out and out[dist] != version.strip():
+            raise InputError("--package", item, hint=f"conflicts with {dist}={out[dist]}")
+        out[dist] = version.strip()
     return out
 
 
@@ -49,22 +60,63 @@ def model_argument(model: Optional[str], arch: Optional[str], index_topk: Option
     return model
 
 
+def _serving_args() -> list[tuple[str, tuple[str, ...]]]:
+    """(registry argument, its flags) for each argument the policy reads (the model is --model, above)."""
+    from nsa_policy.catalog.args import load_args
+
+    reg = load_args()
+    return [(arg.name, reg.cli_flags(arg.name)) for arg in reg.arguments.values()
+            if (arg.field is not None or arg.name == "attn_dp_size") and arg.field != "model_path"]
+
+
 def serving_options() -> list[inspect.Parameter]:
-    """One typer option per argument the policy reads (the model is --model, above), from the registry."""
+    """One typer option per spelling of each argument the policy reads, from the registry: two spellings
+    of one argument with different values are a usage error, not "the last one wins"."""
     from nsa_policy.catalog.args import load_args
 
     reg = load_args()
     params = []
-    for arg in reg.arguments.values():
-        readable = arg.field is not None or arg.name == "attn_dp_size"
-        if not readable or arg.field == "model_path":
-            continue
-        flags = reg.cli_flags(arg.name)
+    for name, flags in _serving_args():
+        arg = reg.argument(name)
         default: Any = False if arg.type == "bool" else None
-        help_text = _HELP.get(arg.name, arg.help)
-        params.append(inspect.Parameter(arg.name, inspect.Parameter.KEYWORD_ONLY, annotation=_TYPES[arg.type],
-                                        default=typer.Option(default, *flags, help=help_text)))
+        help_text = _HELP.get(name, arg.help) + (f" Also: {', '.join(flags[1:])}." if len(flags) > 1 else "")
+        for i, flag in enumerate(flags):
+            params.append(inspect.Parameter(f"{name}__{i}", inspect.Parameter.KEYWORD_ONLY, annotation=_TYPES[arg.type],
+                                            default=typer.Option(default, flag, help=help_text, hidden=i > 0)))
     return params
+
+
+def serving_config(serving: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(argument → value, argument → the flag it was given with) from the per-spelling options."""
+    config: dict[str, Any] = {}
+    used: dict[str, str] = {}
+    for name, flags in _serving_args():
+        # bool switches: False means "not given" (unset), as sglang's store_true defaults
+        given = [(flag, serving.get(f"{name}__{i}")) for i, flag in enumerate(flags)]
+        given = [(flag, value) for flag, value in given if value is not None and value is not False]
+        if not given:
+            continue
+        first_flag, first = given[0]
+        for flag, value in given[1:]:
+            if value != first:
+                raise InputError(flag, value, hint=f"conflicts with {first_flag} {first}: one argument, two values")
+        config[name] = first
+        used[name] = first_flag
+    return config, used
+
+
+def _name_the_flags_used(decision: Any, used: dict[str, str]) -> Any:
+    """Provenance of a user-set output names the flag as given (--dsa-prefill-backend, not the field's name)."""
+    from nsa_policy.catalog.args import load_args
+
+    reg = load_args()
+    provenance = dict(decision.provenance)
+    for name, flag in used.items():
+        out = reg.argument(name).output
+        p = provenance.get(out) if out else None
+        if p is not None and p.source == "user" and p.detail != flag:
+            provenance[out] = p.model_copy(update={"detail": flag})
+    return decision.model_copy(update={"provenance": provenance}) if provenance != decision.provenance else decision
 
 
 def resolve(
@@ -86,8 +138,10 @@ def resolve(
     """Resolve the DSA serving decision for a device and model (or a mixed fleet: --device h200,b200)."""
     from nsa_policy.api import build_facts, decide
 
-    # bool switches: False means "not given" (unset), as sglang's store_true defaults
-    config = {name: value for name, value in serving.items() if value is not None and value is not False}
+    try:
+        config, used = serving_config(serving)
+    except InputError as exc:
+        raise fail_usage(exc, as_json) from None
     if model is not None:
         config["model_path"] = model
     if "," in device:
@@ -99,7 +153,7 @@ def resolve(
         facts = build_facts(config, device=device,
                             model=model_argument(model, arch, index_topk, num_attention_heads) or None,
                             env=os.environ, packages=parse_packages(package))
-        decision = decide(facts, policy)
+        decision = _name_the_flags_used(decide(facts, policy), used)
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
         raise fail_usage(exc, as_json) from None
     if as_json:

@@ -36,7 +36,7 @@ from pydantic import Field
 from nsa_policy.catalog.args import Argument, TargetRelease, load_args
 from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.facts import Frozen
-from nsa_policy.errors import InputError, NsaPolicyError
+from nsa_policy.errors import InputError, NsaPolicyError, PolicyError
 
 THRESHOLD = "dense_attn_kv_len_threshold"
 # launch's own options that sglang does not have: inside the server command they are a misplaced option
@@ -109,6 +109,9 @@ def parse_command(argv: Sequence[str]) -> ParsedCommand:
                     value = int(raw)
                 except ValueError:
                     raise InputError(flag, raw, hint="must be an integer") from None
+        earlier = next((o for o in occurrences if o.arg == arg and o.flag != flag and o.value != value), None)
+        if earlier is not None:  # two spellings of one argument: not "the last one wins" silently
+            raise InputError(flag, value, hint=f"conflicts with {earlier.flag} {earlier.value}: one argument, two values")
         occurrences.append(Occurrence(index=i, flag=flag, arg=arg, value=value, inline=bool(eq)))
         values[arg] = value
         i += step
@@ -170,6 +173,14 @@ def target_release(command: Sequence[str], sglang_version: Optional[str] = None)
 
 
 # the plan -----------------------------------------------------------------------------------------
+class ReleaseRefuses(PolicyError):
+    """The decision needs a value the target release's parser does not list: that sglang cannot run it."""
+
+    def __init__(self, decision: Decision, message: str):
+        super().__init__(decision)
+        self.args = (message,)
+
+
 class LaunchPlan(Frozen):
     """The final command: what runs, what was added or rewritten, the release, and the decisions behind it."""
 
@@ -182,6 +193,9 @@ class LaunchPlan(Frozen):
     engine_bundle: Optional[str] = Field(default=None, description="the compatibility bundle standing for the release")
     engine_decision: Optional[Decision] = Field(
         default=None, description="what the release decides on its own for the command as given (its compat bundle)")
+    engine_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="output → the value the release runs with the final command where that differs "
+                                          "from the decision (a release rule that ignores the flags, per its compat bundle)")
     notes: tuple[str, ...] = ()
 
     def shell_line(self) -> str:
@@ -233,6 +247,13 @@ def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, 
                             f"(sglang {rel} deprecates --enable-dp-attention)")
             continue
         if status in ("canonical",):
+            alias = next((a for a in arg.choice_aliases if a.value == o.value
+                          and reg._rel(rel) >= reg._rel(a.deprecated)), None)
+            if alias is not None:  # a deprecated value (--attention-backend nsa from 0.5.13): its canonical name
+                respell(o, o.flag, alias.canonical)
+                values[o.arg] = alias.canonical
+                rewrites.append(f"{o.flag} {o.value} → {o.flag} {alias.canonical} (sglang {rel}: deprecated value)")
+                continue
             _check_choice(arg, o, rel)
             continue
         new = reg.spelling_for(o.arg, rel)
@@ -257,6 +278,26 @@ def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, 
     kept = [i for i in range(len(argv)) if i not in drop]
     values.pop(THRESHOLD, None)
     return [argv[i] for i in kept], {old: new for new, old in enumerate(kept)}, values, threshold, rewrites
+
+
+def _refuse_abbreviations(parsed: ParsedCommand, rel: str) -> None:
+    """argparse (allow_abbrev) takes a unique prefix of a long option as that option. A prefix of a flag
+    the policy reads would hide that flag from nsa-policy, and an added flag would then override the
+    user's value; so such a prefix is refused, with the flags it could stand for in this release."""
+    from nsa_policy.lint.flags import load_flags
+
+    reg = load_args()
+    known = set(load_flags().known)  # full names of other sglang flags are not abbreviations
+    accepted = [f for f in reg.by_flag if reg.accepts(f, rel)]
+    for token in parsed.argv:
+        flag = token.partition("=")[0]
+        if not flag.startswith("--") or len(flag) <= 2 or flag in reg.by_flag or flag[2:] in known:
+            continue
+        candidates = sorted(f for f in accepted if f.startswith(flag))
+        if candidates:
+            raise InputError(flag, token, candidates,
+                             hint=f"an abbreviation sglang {rel} reads as {' or '.join(candidates)}; "
+                                  "write the flag in full so that nsa-policy reads it too")
 
 
 def _first(arg: Argument) -> str:
@@ -322,6 +363,7 @@ def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any 
                                                     "give it before the command (before `--`)")
     release = target_release(command, sglang_version)
     rel = release.version
+    _refuse_abbreviations(parsed, rel)
     argv, moved, values, threshold_flag, rewrites = _for_release(parsed, rel)
     ns = _namespace(values, rel)
     env_view = dict(os.environ if env is None else env)
@@ -333,6 +375,7 @@ def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any 
     for attr, value in applied.written.items():
         flag = flags[attr]
         arg = next(a for a in load_args().arguments.values() if load_args().attribute_for(a.name, rel) == attr)
+        _check_release_lists(arg, value, flag, rel, applied.decision)
         auto = [o for o in parsed.occurrences if o.arg == arg.name and o.value == "auto"]
         if auto:  # rewrite the explicit 'auto' (sglang's "engine decides") in place
             o = auto[-1]
@@ -351,13 +394,58 @@ def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any 
     notes += [n for n in applied.notes if n != release.note]
     if engine_note:
         notes.append(engine_note)
+    decision: Decision = applied.decision
+    overrides: dict[str, Any] = {}
+    if engine_bundle is not None:  # the release on the final command: does it run what was decided?
+        _, after, _ = _engine_view(ns, rel, policy, device, model, env_view, release)
+        if after is not None and not after.errors:
+            decision, overrides, more = _what_runs(applied.decision, after, engine_bundle, rel)
+            notes += more
     if parsed.has_config_file:
         notes.append("the command has --config: flags inside that file were not read; "
                      "an added flag overrides the file's value")
     env_additions = {**threshold_flag, **applied.env_set}
     return LaunchPlan(argv=tuple(argv), env_additions=env_additions, added_flags=tuple(added), rewritten=tuple(rewrites),
-                      decision=applied.decision, release=release, engine_bundle=engine_bundle,
-                      engine_decision=engine_decision, notes=tuple(notes))
+                      decision=decision, release=release, engine_bundle=engine_bundle,
+                      engine_decision=engine_decision, engine_overrides=overrides, notes=tuple(notes))
+
+
+_OUTPUTS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "dense_attn_kv_len_threshold")
+
+
+def _what_runs(decided: Decision, after: Decision, bundle: str, rel: str) -> tuple[Decision, dict[str, Any], list[str]]:
+    """The final decision states what the release will run: where the release, given the final command,
+    still decides an output its own way (its compat bundle says so), that value, its provenance and the
+    release's warnings replace nsa-policy's; the notes say what nsa-policy had decided."""
+    overrides = {out: getattr(after, out) for out in _OUTPUTS if getattr(after, out) != getattr(decided, out)}
+    if not overrides:
+        return decided, {}, []
+    notes = []
+    provenance = dict(decided.provenance)
+    for out, value in overrides.items():
+        p = after.provenance.get(out)
+        if p is not None:
+            provenance[out] = p.model_copy(update={"overwrote": str(getattr(decided, out))})
+        why = f" ({p.source} {p.detail})".rstrip() if p else ""
+        notes.append(f"sglang {rel} runs {out}={value} with this command whatever the flags say, not nsa-policy's "
+                     f"{getattr(decided, out)}: its own rule{why} per {bundle}; the decision states what runs")
+    seen = {(f.code, f.message) for f in decided.warnings}
+    warnings = tuple(decided.warnings) + tuple(f for f in after.warnings if f.code.startswith("NSA3")
+                                               and (f.code, f.message) not in seen)
+    return decided.model_copy(update={**overrides, "provenance": provenance, "warnings": warnings}), overrides, notes
+
+
+def _check_release_lists(arg: Argument, value: Any, flag: str, rel: str, decision: Decision) -> None:
+    """A decided value the release's parser would refuse: that release cannot run the decision."""
+    reg = load_args()
+    valid = reg.choices(arg.name, rel)
+    if valid is None or value in valid:
+        return
+    later = next((r for r in reg.releases if reg._rel(r) > reg._rel(rel) and value in (reg.choices(arg.name, r) or ())), None)
+    raise ReleaseRefuses(decision, (
+        f"nsa-policy {decision.policy} decided {flag} {value} on {decision.device} ({decision.device_class}), which sglang "
+        f"{rel} does not list" + (f" (first listed in {later})" if later else "") + f"; it lists {', '.join(valid)}. "
+        f"Upgrade sglang, or give an explicit {flag} that runs here."))
 
 
 def _engine_view(ns: SimpleNamespace, rel: str, policy: str, device: Any, model: Any, env: Mapping[str, str],

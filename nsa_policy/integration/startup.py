@@ -283,6 +283,28 @@ def release_env(env: Mapping[str, str], release: TargetRelease) -> tuple[str, di
     return read, add, notes
 
 
+def _write_all(args: _Args, applied: Applied, env: MutableMapping[str, str]) -> None:
+    """Write every decided attribute and variable, or none: a write that fails undoes the ones before it."""
+    done: list[str] = []
+    set_vars: dict[str, Optional[str]] = {}
+    try:
+        for attr, value in applied.written.items():
+            args.set(attr, value)
+            done.append(attr)
+        for var, value in applied.env_set.items():
+            set_vars[var] = env.get(var)
+            env[var] = value
+    except Exception:
+        for attr in reversed(done):
+            args.set(attr, applied.previous.get(attr))
+        for var, before in set_vars.items():
+            if before is None:
+                env.pop(var, None)
+            else:
+                env[var] = before
+        raise
+
+
 def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", model: Any = None,
           env: Optional[MutableMapping[str, str]] = None, logger: Optional[logging.Logger] = None,
           sglang_version: Optional[str] = None) -> Applied:
@@ -317,10 +339,7 @@ def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", mo
     env_set = {**translated, **planned.env_set} if status == "applied" else {}
     applied = planned.model_copy(update={"release": release, "notes": tuple(notes), "env_set": env_set})
     if status == "applied":
-        for attr, value in applied.written.items():
-            args.set(attr, value)
-        for var, value in applied.env_set.items():
-            env[var] = value
+        _write_all(args, applied, env)
     level = logging.ERROR if status == "rejected" else (
         logging.WARNING if decision.warnings or applied.kept or notes else logging.INFO)
     logger.log(level, _message(applied, status), extra={

@@ -257,3 +257,54 @@ def test_compat_bundle_that_treats_explicit_flags_differently_is_reported_on_the
     assert not second.changed and env == {NSA_ENV: "2048"}
     assert second.decision.dense_attn_kv_len_threshold == 131072
     assert second.kept == {NSA_ENV: {"explicit": "2048", "decided": 131072}}
+
+
+def _check_0_5_23_namespace(args) -> None:
+    """apply on what 0.5.23's parser returns: dsa_* filled, SGLANG_DSA_… set, idempotent, never overwrites."""
+    env: dict[str, str] = {NSA_ENV: "4096"}  # 0.5.23 does not read this name
+    before = dict(vars(args))
+    applied = apply(args, device="b200", env=env, sglang_version="0.5.23")
+    assert (args.dsa_prefill_backend, args.dsa_decode_backend, args.kv_cache_dtype, args.page_size) == \
+        ("flashmla_kv", "flashmla_kv", "fp8_e4m3", 64)  # the explicit decode side kept; fp8 pairs it off trtllm
+    assert not hasattr(args, "nsa_prefill_backend") and args.attention_backend is None
+    assert env == {NSA_ENV: "4096", DSA_ENV: "4096"} and applied.env_set == {DSA_ENV: "4096"}
+    assert applied.decision.dense_attn_kv_len_threshold == 4096 and applied.release.version == "0.5.23"
+    assert applied.decision.heads_per_rank == 128  # --attn-dp-size 8 with --tp-size 8: attention TP 1
+    changed = {k for k in vars(args) if vars(args)[k] != before.get(k)}
+    assert changed == {"dsa_prefill_backend", "kv_cache_dtype", "page_size"}
+    snapshot, env_snapshot = dict(vars(args)), dict(env)
+    second = apply(args, device="b200", env=env, sglang_version="0.5.23")
+    assert not second.changed and dict(vars(args)) == snapshot and env == env_snapshot
+
+
+def test_apply_on_a_0_5_23_shaped_namespace() -> None:
+    from .sglang_args import sglang_0_5_23_parser
+
+    args = sglang_0_5_23_parser().parse_args(["--model-path", DS, "--tp-size", "8", "--attn-dp-size", "8",
+                                              "--dsa-decode-backend", "flashmla_kv"])
+    _check_0_5_23_namespace(args)
+
+
+def test_apply_on_the_namespace_0_5_23s_real_parser_returns() -> None:
+    """Opt-in: the values sglang 0.5.23's own parser returns (scripts/sglang_oracle side environment)."""
+    import os
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    oracle = Path(__file__).resolve().parents[2] / "scripts" / "sglang_oracle"
+    root = os.environ.get("NSA_POLICY_SGLANG_ENVS")
+    if not root or not (Path(root) / "envs.json").is_file():
+        pytest.skip("opt-in: NSA_POLICY_SGLANG_ENVS (side environments from scripts/sglang_oracle/build_envs.sh)")
+    sys.path.insert(0, str(oracle))
+    try:
+        from run import SideEnvs
+    finally:
+        sys.path.remove(str(oracle))
+    envs = SideEnvs.find(root)
+    if envs is None or "0.5.23" not in envs.releases:
+        pytest.skip("no sglang 0.5.23 side environment")
+    [parsed] = envs.parse("0.5.23", [["--model-path", DS, "--tp-size", "8", "--attn-dp-size", "8",
+                                      "--dsa-decode-backend", "flashmla_kv"]])
+    assert parsed["accepted"], parsed["error"]
+    _check_0_5_23_namespace(SimpleNamespace(**parsed["values"]))

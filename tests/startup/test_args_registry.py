@@ -187,10 +187,17 @@ def test_registry_agrees_with_the_real_parser_dump(dump: Path) -> None:
             elif accepted != reg.accepts(sp.flag, release):
                 problems.append(f"{sp.flag}: the {release} parser {'accepts' if accepted else 'refuses'} it; "
                                 f"registry says {reg.status(sp.flag, release)}")
-            elif accepted and options[sp.flag].get("choices") is not None:
+            elif accepted:
+                action, status = options[sp.flag], reg.status(sp.flag, release)
+                if "deprecated" in action and bool(action["deprecated"]) != (status == "deprecated"):
+                    problems.append(f"{sp.flag}: the {release} parser marks it deprecated={action['deprecated']}; "
+                                    f"registry says {status}")
+                dest = sp.dest or reg.parser_dest_for(arg.name, release)
+                if status == "canonical" and action.get("dest") not in (None, dest):
+                    problems.append(f"{sp.flag}: dest {action['dest']} in {release}, registry {dest}")
                 want = sp.choices or reg.choices(arg.name, release)
-                if want is not None and tuple(options[sp.flag]["choices"]) != tuple(want):
-                    problems.append(f"{sp.flag}: choices {options[sp.flag]['choices']} in {release}, registry {list(want)}")
+                if want is not None and action.get("choices") is not None and tuple(action["choices"]) != tuple(want):
+                    problems.append(f"{sp.flag}: choices {action['choices']} in {release}, registry {list(want)}")
     assert problems == []
 
 

@@ -133,19 +133,23 @@ def test_launch_refuses_its_own_unknown_options() -> None:
 
 
 def test_dry_run_shows_the_release_on_its_own_what_nsa_policy_adds_and_the_final_decision() -> None:
-    result = run_cli("launch", "--dry-run", "--json", "--device", "b200", "--sglang-version", "0.5.10", "--", *SERVER,
-                     "--model-path", DS, "--nsa-prefill-backend", "flashmla_sparse")
-    data = json.loads(result.stdout)
-    assert data["sglang"]["version"] == "0.5.10" and data["sglang"]["source"] == "--sglang-version"
-    assert data["engine"]["bundle"] == "sglang-0.5.10"
+    args = ("launch", "--dry-run", "--device", "b200", "--sglang-version", "0.5.11", "--", *SERVER,
+            "--model-path", DS, "--nsa-prefill-backend", "flashmla_sparse")
+    data = json.loads(run_cli(*args[:2], "--json", *args[2:]).stdout)
+    assert data["sglang"]["version"] == "0.5.11" and data["sglang"]["source"] == "--sglang-version"
+    assert data["engine"]["bundle"] == "sglang-0.5.11" and data["engine"]["overrides"] == {}
     engine, final = data["engine"]["decision"], data["decision"]
-    # sglang 0.5.10 overwrites the explicit prefill with trtllm for fp8 on Blackwell; nsa-policy keeps it
-    assert engine["prefill_backend"] == "trtllm" and final["prefill_backend"] == "flashmla_sparse"
-    assert data["added_flags"] and shlex.split(data["command"])[1:] == data["argv"]
-    text = run_cli("launch", "--dry-run", "--device", "b200", "--sglang-version", "0.5.10", "--", *SERVER,
-                   "--model-path", DS, "--nsa-prefill-backend", "flashmla_sparse")
-    assert "sglang 0.5.10 on its own (sglang-0.5.10): " in text.stderr
-    assert "with nsa-policy default: prefill_backend: trtllm → flashmla_sparse" in text.stderr
+    # on its own 0.5.11 pairs the explicit fp8 prefill with a trtllm decode (mixed layouts); nsa-policy does not
+    assert (engine["prefill_backend"], engine["decode_backend"]) == ("flashmla_sparse", "trtllm")
+    assert final["prefill_backend"] == "flashmla_sparse" and final["decode_backend"] != "trtllm"
+    assert f"--nsa-decode-backend {final['decode_backend']}" in data["added_flags"]
+    text = run_cli(*args)
+    assert "sglang 0.5.11 on its own (sglang-0.5.11): " in text.stderr
+    assert f"with nsa-policy default: decode_backend: trtllm → {final['decode_backend']}" in text.stderr
+    # 0.5.10 replaces explicit backends with trtllm for fp8 on Blackwell: the final decision says what runs
+    old = plan("--nsa-prefill-backend", "flashmla_sparse", release="0.5.10")
+    assert (old.decision.prefill_backend, old.decision.decode_backend) == ("trtllm", "trtllm")
+    assert old.engine_overrides and "NSA302" in {f.code for f in old.decision.warnings}
 
 
 def test_json_dry_run_and_rejection() -> None:
@@ -239,3 +243,44 @@ def test_launch_execs_the_final_command_with_the_env_addition(tmp_path: Path) ->
     [entry] = read_decision_log(tmp_path / "d.jsonl")
     assert entry.origin == "nsa_policy.launch" and entry.context["env_set"] == {NSA_ENV: "2048"}
     assert entry.context["sglang"]["version"] == "0.5.10"
+
+
+def test_a_decision_the_release_cannot_run_is_refused_and_release_overrides_are_reported() -> None:
+    from nsa_policy import PolicyError
+
+    with pytest.raises(PolicyError) as exc:  # flashinfer_sparse_mla is first listed in 0.5.17
+        plan_launch(SERVER + ["--model-path", "zai-org/GLM-5"], device="rtx-pro-6000", env={}, sglang_version="0.5.10",
+                    logger=QUIET)
+    assert "flashinfer_sparse_mla" in str(exc.value) and "first listed in 0.5.17" in str(exc.value)
+    ok = plan_launch(SERVER + ["--model-path", "zai-org/GLM-5"], device="rtx-pro-6000", env={}, sglang_version="0.5.17",
+                     logger=QUIET)
+    assert "--dsa-prefill-backend" in ok.argv and ok.decision.prefill_backend == "flashinfer_sparse_mla"
+    glm = plan_launch(SERVER + ["--model-path", "zai-org/GLM-5"], device="b200", env={}, sglang_version="0.5.10",
+                      logger=QUIET)  # 0.5.10 forces threshold 0 for GLM-5 on Blackwell whatever the variable says
+    assert glm.engine_overrides == {"dense_attn_kv_len_threshold": 0} and glm.decision.dense_attn_kv_len_threshold == 0
+    assert glm.decision.provenance["dense_attn_kv_len_threshold"].overwrote == "2048"
+    assert "NSA306" in {f.code for f in glm.decision.warnings}  # sglang forces the threshold, ignoring any user value
+    assert any("runs dense_attn_kv_len_threshold=0" in n for n in glm.notes)
+    assert plan_launch(SERVER + ["--model-path", "zai-org/GLM-5"], device="b200", env={}, sglang_version="0.5.13",
+                       logger=QUIET).engine_overrides == {}
+
+
+def test_a_deprecated_value_is_respelt() -> None:
+    p = plan("--attention-backend", "nsa", release="0.5.23")
+    assert p.argv[5:7] == ("--attention-backend", "dsa") and p.rewritten[0].endswith("(sglang 0.5.23: deprecated value)")
+    assert plan("--attention-backend", "nsa", release="0.5.12").argv[5:7] == ("--attention-backend", "nsa")
+
+
+@pytest.mark.parametrize("token, release, full", [
+    ("--kv-cache-dt", "0.5.23", "--kv-cache-dtype"),
+    ("--nsa-prefill", "0.5.10", "--nsa-prefill-backend"),
+    ("--dsa-decode-back", "0.5.20", "--dsa-decode-backend"),
+    ("--page-si", "0.5.13", "--page-size"),
+])
+def test_an_abbreviation_of_a_flag_the_policy_reads_is_refused(token, release, full) -> None:
+    # argparse would read it as the full flag; an added flag would then silently override the user's value
+    with pytest.raises(InputError) as exc:
+        plan(token, "fp8_e4m3" if "kv" in token else "64" if "page" in token else "trtllm", release=release)
+    assert exc.value.field == token and full in exc.value.valid and "write the flag in full" in str(exc.value)
+    assert plan("--host", "0.0.0.0", "--port", "30000", release=release).argv[5:9] == (
+        "--host", "0.0.0.0", "--port", "30000")  # full names of other flags pass untouched
