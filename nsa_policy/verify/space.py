@@ -346,6 +346,8 @@ def _thresholds(topk: int) -> tuple[Value, ...]:
         _cfg(f"{topk * 2} (flag)", dense_attn_kv_len_threshold=topk * 2),
         _cfg("131072 (flag)", dense_attn_kv_len_threshold=131072),
         Value(label="131072 (env)", env=((env_var, "131072"),)),
+        # the DSA name alone: sglang up to 0.5.12 does not read it, 0.5.13+ read only it (SGLANG-RELEASES.md §3.3)
+        Value(label="131072 (DSA env)", env=((THRESHOLD_ENV_VARS[1], "131072"),)),
     )
 
 
@@ -357,6 +359,9 @@ EXTRAS = (
          enable_dp_attention=True),
     Value(label="flashinfer-python 0.6.7", packages=(("flashinfer-python", "0.6.7"),)),
     Value(label="flashinfer-python 0.6.14", packages=(("flashinfer-python", "0.6.14"),)),
+    # ROCm page size from sglang 0.5.12: 64 when aiter's preshuffle paged-MQA path is usable
+    Value(label="aiter preshuffle (SGLANG_USE_AITER=1, triton 3.6.0)", env=(("SGLANG_USE_AITER", "1"),),
+          packages=(("triton", "3.6.0"),)),
 )
 
 

@@ -32,4 +32,4 @@ def test_the_space_is_the_documented_size(shipped_reports):
     assert {"sm90", "sm100", "gfx942"} <= set(dims["backends"]["device"]) <= set(load_catalog().device_doc.classes)
     assert dims["backends"]["kv_cache_dtype"] == ["auto", "bfloat16", "fp8_e4m3"]
     assert "fp8_e5m2" in dims["input"]["kv_cache_dtype"]
-    assert len(dims["backends"]["prefill"]) == 10  # unset + every backend name
+    assert len(dims["backends"]["prefill"]) == 1 + len(load_catalog().backend_names)  # unset + every backend name
