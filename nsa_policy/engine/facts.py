@@ -82,6 +82,12 @@ class ServingConfig(Frozen):
     speculative_eagle_topk: Optional[int] = Field(default=None, ge=1)
     speculative_num_steps: Optional[int] = Field(default=None, ge=0)
     speculative_num_draft_tokens: Optional[int] = Field(default=None, ge=1)
+    # Read by the sglang compatibility bundles of later releases (SGLANG-RELEASES.md §4).
+    dcp_size: int = Field(default=1, ge=1, description="decode context parallel size (sglang 0.5.15+); 0.5.22: > 1 -> trtllm")
+    enable_prefill_cp: bool = Field(default=False, description="prefill context parallel (HYV4 refuses it, sglang 0.5.20+)")
+    enable_two_batch_overlap: bool = Field(default=False, description="TBO; refused with index-topk sharing (0.5.13+)")
+    disaggregation_mode: str = Field(default="null", description="PD disaggregation: null, prefill or decode")
+    enable_hierarchical_cache: bool = Field(default=False, description="HiCache; refused with dcp_size > 1 (0.5.22+)")
 
 
 THRESHOLD_ENV_VARS = (

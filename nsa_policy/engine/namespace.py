@@ -19,7 +19,8 @@ STATIC_PATHS = frozenset(
     [f"device.{k}" for k in ("name", "class", "vendor", "major", "minor", "product", "memory_gb", "sm_count",
                               "runs_dsa", "mha_one_shot")]
     + [f"model.{k}" for k in ("id", "family", "architecture", "index_topk", "num_attention_heads", "is_dsa",
-                              "learnable_sink", "index_kpool", "index_topk_freq", "index_topk_pattern")]
+                              "learnable_sink", "index_kpool", "index_topk_freq", "index_topk_pattern",
+                              "index_topk_sharing")]
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
     + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
@@ -160,7 +161,10 @@ def _model_part(m: ModelFacts) -> dict:
             "model.index_topk": m.index_topk, "model.num_attention_heads": m.num_attention_heads,
             "model.is_dsa": m.family is not None, "model.learnable_sink": m.learnable_sink,
             "model.index_kpool": m.index_kpool, "model.index_topk_freq": m.index_topk_freq,
-            "model.index_topk_pattern": m.index_topk_pattern}
+            "model.index_topk_pattern": m.index_topk_pattern,
+            # layers share another layer's top-k (index_topk_freq > 1, or an 'S' in index_topk_pattern):
+            # sglang 0.5.13+ refuses two-batch overlap with it (model_hook _validate_dsa_tbo_index_sharing)
+            "model.index_topk_sharing": m.index_topk_freq > 1 or "S" in (m.index_topk_pattern or "")}
 
 
 @lru_cache(maxsize=256)

@@ -31,7 +31,8 @@ def facts_from_case_input(inp: dict) -> Facts:
         if "arch" not in data:
             raise InputError("model", None, hint="a case input needs `model` or `arch`")
         model = {"architectures": [data.pop("arch")]}
-        for key in ("index_topk", "num_attention_heads"):
+        for key in ("index_topk", "num_attention_heads", "learnable_sink", "index_kpool", "index_topk_freq",
+                    "index_topk_pattern"):
             if key in data:
                 model[key] = data.pop(key)
     return build_facts(data, device=device, model=model, env=env, packages=packages)
