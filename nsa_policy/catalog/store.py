@@ -52,8 +52,11 @@ class CapabilityRange(_Spec):
     vendor: Literal["nvidia", "amd"]
     min: tuple[int, int]
     max: tuple[int, int]
+    sglang_since: Optional[str] = Field(default=None, description="the sglang release that added this range")
 
-    def holds(self, vendor: str, cc: Optional[tuple[int, int]]) -> bool:
+    def holds(self, vendor: str, cc: Optional[tuple[int, int]], release: Optional[str] = None) -> bool:
+        if self.sglang_since is not None and (release is None or not version_ge(release, self.sglang_since)):
+            return False
         return cc is not None and vendor == self.vendor and self.min <= tuple(cc) <= self.max
 
 
@@ -230,13 +233,16 @@ class Catalog:
         """Some backend runs prefill and some runs decode for one KV dtype here (the matrix alone)."""
         return self._runs_dsa.get(device_class, False)
 
-    def mha_one_shot(self, vendor: str, compute_capability: Optional[tuple[int, int]]) -> bool:
-        """sglang's device gate for dense MHA one-shot prefill (devices.yaml `mha_one_shot`)."""
-        return any(r.holds(vendor, compute_capability) for r in self.device_doc.mha_one_shot.capabilities)
+    def mha_one_shot(self, vendor: str, compute_capability: Optional[tuple[int, int]],
+                     sglang_release: Optional[str] = None) -> bool:
+        """sglang's device gate for dense MHA one-shot prefill (devices.yaml `mha_one_shot`): the
+        ranges every release has, plus those a release at or after `sglang_release` added."""
+        return any(r.holds(vendor, compute_capability, sglang_release)
+                   for r in self.device_doc.mha_one_shot.capabilities)
 
-    def class_mha_one_shot(self, device_class: str) -> bool:
+    def class_mha_one_shot(self, device_class: str, sglang_release: Optional[str] = None) -> bool:
         spec = self.device_doc.classes.get(device_class)
-        return spec is not None and self.mha_one_shot(spec.vendor, spec.compute_capability)
+        return spec is not None and self.mha_one_shot(spec.vendor, spec.compute_capability, sglang_release)
 
     @property
     def device_choices(self) -> list[str]:

@@ -54,17 +54,18 @@ def _sm_number(device_class: str) -> int | None:
     return None
 
 
-def mha_one_shot_supported(device_class: str) -> bool:
+def mha_one_shot_supported(device_class: str, sglang_release: str | None = None) -> bool:
     """sglang's device gate for MHA one-shot, as the catalog states it (devices.yaml `mha_one_shot`:
-    sm90, or sm100 up to sm109). A class outside the catalog is read as its capability ('sm107' → 10.7)."""
+    sm90, or sm100 up to sm109; from sglang 0.5.18 also gfx95 when `sglang_release` says so). A class
+    outside the catalog is read as its capability ('sm107' → 10.7)."""
     from nsa_policy.catalog.store import load_catalog  # lazy: only BatchPlanner construction asks
 
     catalog = load_catalog()
     spec = catalog.device_doc.classes.get(device_class)
     if spec is not None:
-        return catalog.mha_one_shot(spec.vendor, spec.compute_capability)
+        return catalog.mha_one_shot(spec.vendor, spec.compute_capability, sglang_release)
     sm = _sm_number(device_class)
-    return sm is not None and catalog.mha_one_shot("nvidia", (sm // 10, sm % 10))
+    return sm is not None and catalog.mha_one_shot("nvidia", (sm // 10, sm % 10), sglang_release)
 
 
 def _is_blackwell(device_class: str) -> bool:

@@ -201,15 +201,22 @@ def test_device_facts_from_outside_must_name_a_catalog_class() -> None:
     assert "device.device_class" in str(err.value) and "sm100" in str(err.value)
 
 
-def test_policy_and_planner_read_one_mha_gate() -> None:
-    # The policy's runtime.mha_one_shot and the per-batch planner's gate agree on every catalog class.
+@pytest.mark.parametrize("policy, release", [("default", None), ("sglang-0.5.10", "0.5.10"),
+                                             ("sglang-0.5.17", "0.5.17"), ("sglang-0.5.18", "0.5.18")])
+def test_policy_and_planner_read_one_mha_gate(policy: str, release: str | None) -> None:
+    # A bundle's runtime.mha_one_shot and the per-batch planner's gate agree on every catalog class
+    # (a compat bundle: the gate of its sglang release).
     import nsa_policy
     from nsa_policy.catalog.store import load_catalog
+    from nsa_policy.engine.bundle import list_bundles
     from nsa_policy.runtime.planner import mha_one_shot_supported
 
+    if policy not in list_bundles():
+        pytest.skip(f"no {policy} bundle")
     catalog = load_catalog()
     for cls in catalog.device_classes:
-        decision = nsa_policy.decide(nsa_policy.build_facts({}, device=cls, model=MODEL, env={}, packages={}))
-        assert decision.runtime.mha_one_shot is mha_one_shot_supported(cls), cls
-        assert catalog.class_mha_one_shot(cls) is mha_one_shot_supported(cls), cls
-    assert {mha_one_shot_supported(c) for c in catalog.device_classes} == {True, False}
+        facts = nsa_policy.build_facts({}, device=cls, model=MODEL, env={}, packages={})
+        decision = nsa_policy.decide(facts, policy)
+        assert decision.runtime.mha_one_shot is mha_one_shot_supported(cls, release), (policy, cls)
+        assert catalog.class_mha_one_shot(cls, release) is mha_one_shot_supported(cls, release), cls
+    assert {mha_one_shot_supported(c, release) for c in catalog.device_classes} == {True, False}
