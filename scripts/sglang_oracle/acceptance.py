@@ -8,10 +8,13 @@ side environment), and compare:
 - the parser accepts the argv;
 - kv_cache_dtype, prefill and decode backend, page size parsed == the decision (sglang maps `bf16`
   to `bfloat16` itself, so the two spellings are one value);
-- the threshold: the variable this release reads (the one its environ.py declares; a
-  `deprecated_name` alias does not count, the start-up code tests only the canonical name, see
-  SGLANG-RELEASES.md §3.3) carries the decision's value; when the launch leaves it unset the
-  release uses its own default (index_topk; before 0.5.13 GLM-5 on Blackwell gets 0).
+- the command then goes through the release's own start-up code (policy_oracle.py: real parser →
+  from_cli_args → resolution → check_server_args, device emulated, with the launch's environment):
+  it must not refuse, and the dense-attention threshold it leaves in the variable it reads must
+  equal the decision's (the threshold has no flag; 0.5.13-0.5.20 ignore the old name's alias here,
+  0.5.10-0.5.12 force 0 for GLM-5 on Blackwell). Where the release's own policy then runs
+  something other than the flags (0.5.10 overwrites fp8 backends on Blackwell), it is listed as
+  `release_overrides`, not counted.
 
     python scripts/sglang_oracle/acceptance.py [--releases 0.5.10,0.5.13,0.5.20,0.5.23] [--write --label L]
 
@@ -25,9 +28,9 @@ import inspect
 import itertools
 import json
 import logging
+import os
 import platform
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -138,7 +141,7 @@ def planner_signature() -> dict[str, Any]:
 
 
 def plan(scenario: dict[str, Any], release: str, version_param: Optional[str]) -> dict[str, Any]:
-    from nsa_policy.errors import PolicyError
+    from nsa_policy.errors import InputError, PolicyError
     from nsa_policy.integration.launch import plan_launch
 
     command = PREFIXES[scenario["prefix"]] + scenario["args"]
@@ -148,11 +151,13 @@ def plan(scenario: dict[str, Any], release: str, version_param: Optional[str]) -
         kwargs[version_param] = release
     try:
         p = plan_launch(command, **kwargs)
-    except PolicyError as e:  # the policy refused the configuration: no command to start
-        return {"rejected": " ".join(str(e).split())[:400]}
+    except (PolicyError, InputError) as e:  # launch refused the configuration or the command: nothing to start
+        return {"rejected": f"{type(e).__name__}: " + " ".join(str(e).split())[:400]}
     d = p.decision
     return {"argv": list(p.argv), "server_argv": list(p.argv)[len(PREFIXES[scenario["prefix"]]):],
             "env_additions": dict(p.env_additions), "shell_line": p.shell_line(),
+            # what launch predicts the release runs instead of the decision (its compat bundle), if it says
+            "engine_overrides": {k: v for k, v in (getattr(p, "engine_overrides", None) or {}).items()},
             "decision": {"kv_cache_dtype": d.kv_cache_dtype, "prefill_backend": d.prefill_backend,
                          "decode_backend": d.decode_backend, "page_size": d.page_size,
                          "threshold": d.dense_attn_kv_len_threshold, "index_topk": d.index_topk,
@@ -163,28 +168,38 @@ def _norm_kv(v: Any) -> Any:
     return "bfloat16" if v == "bf16" else v
 
 
-def _major(device_class: Optional[str]) -> Optional[int]:
-    m = re.fullmatch(r"sm(\d+)", device_class or "")
-    return int(m.group(1)) // 10 if m else None
+# scenario device/model -> the start-up oracle's emulated device and model config (policy_oracle.py)
+ORACLE_DEVICE = {"h200": "sm90", "b200": "sm100", "rtx-pro-6000": "sm120", "mi300x": "gfx942"}
+ORACLE_MODEL = {DS: "ds32", GLM: "glm5"}
 
 
-def release_threshold(facts: ReleaseFacts, env: dict[str, str], decision: dict[str, Any]) -> tuple[Any, str]:
-    """The dense-attention threshold this release will run with, and why."""
-    old_release = facts.threshold_var.startswith("SGLANG_NSA_")
-    if old_release and decision["architecture"] == "GlmMoeDsaForCausalLM" and _major(decision["device_class"]) in (
-            10, 11, 12):
-        return 0, "GLM-5 on Blackwell: this release forces 0 (is_blackwell_supported)"
-    if facts.threshold_var in env:
-        return int(env[facts.threshold_var]), f"{facts.threshold_var}={env[facts.threshold_var]}"
-    ignored = [k for k in (NSA_ENV, DSA_ENV) if k in env and k != facts.threshold_var]
-    why = f"{facts.threshold_var} unset: index_topk"
-    if ignored:
-        why += f" ({', '.join(ignored)} is not read by this release)"
-    return decision["index_topk"], why
+def _without_model_path(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--model-path", "--model"):
+            skip = True
+        elif not a.startswith(("--model-path=", "--model=")):
+            out.append(a)
+    return out
+
+
+def startup(envs: SideEnvs, release: str, runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """What the release's own start-up code does with each final command (policy_oracle.py, device emulated).
+    No SGLANG_USE_AITER in the scenarios, so ROCm's aiter preshuffle path is off, as on a real node without it."""
+    grid = [{"id": s["id"], "device": ORACLE_DEVICE[s["device"]], "preshuffle": False,
+             "model": ORACLE_MODEL[s["model"]], "argv": _without_model_path(p["server_argv"]),
+             "env": {**s["env"], **p["env_additions"]}} for s, p in runs]
+    out = envs.run_script(release, "policy_oracle.py", "".join(json.dumps(g) + "\n" for g in grid))
+    answers = [json.loads(line) for line in out.splitlines() if line.strip()]
+    if [a["id"] for a in answers] != [g["id"] for g in grid]:
+        raise RuntimeError(f"sglang {release}: policy_oracle.py answered {len(answers)} of {len(grid)}")
+    return answers
 
 
 def compare(facts: ReleaseFacts, scenario: dict[str, Any], planned: dict[str, Any],
-            parsed: dict[str, Any]) -> dict[str, Any]:
+            parsed: dict[str, Any], started: Optional[dict[str, Any]]) -> dict[str, Any]:
     rec = {"id": scenario["id"], "command": planned["shell_line"], "accepted": parsed["accepted"],
            "parser_error": parsed["error"], "parser_messages": parsed["messages"], "mismatches": []}
     if not parsed["accepted"]:
@@ -194,11 +209,31 @@ def compare(facts: ReleaseFacts, scenario: dict[str, Any], planned: dict[str, An
            "prefill_backend": v.get("dsa_prefill_backend", v.get("nsa_prefill_backend")),
            "decode_backend": v.get("dsa_decode_backend", v.get("nsa_decode_backend")),
            "page_size": v.get("page_size")}
-    env = {**scenario["env"], **planned["env_additions"]}
-    got["threshold"], rec["threshold_source"] = release_threshold(facts, env, d)
-    want = {k: (_norm_kv(d[k]) if k == "kv_cache_dtype" else d[k]) for k in got}
+    want = {k: (_norm_kv(d[k]) if k == "kv_cache_dtype" else d[k]) for k in (*got, "threshold")}
     rec["parsed"] = got
-    rec["mismatches"] = [f"{k}: release {got[k]!r} != decision {want[k]!r}" for k in got if got[k] != want[k]]
+    rec["mismatches"] = [f"{k}: parsed {got[k]!r} != decision {want[k]!r}" for k in got if got[k] != want[k]]
+    if started is not None:
+        # the threshold lives only in the environment: what the release's start-up code leaves in the
+        # variable it reads (it overwrites an unset one with index_topk; 0.5.10-0.5.12 force 0 for GLM-5
+        # on Blackwell); and what the release runs after its own start-up policy (informational)
+        rec["startup"] = {k: started.get(k) for k in ("ok", "kv_cache_dtype", "prefill_backend", "decode_backend",
+                                                      "page_size", "attention_backend", "threshold", "error")}
+        if not started["ok"]:
+            rec["mismatches"].append(f"start-up: the release refuses: {started['error']['message']}")
+        elif started["threshold"] != want["threshold"]:
+            rec["mismatches"].append(f"threshold: release runs {started['threshold']!r} != decision "
+                                     f"{want['threshold']!r} ({facts.threshold_var} is the variable it reads)")
+        else:
+            runs = {k: (_norm_kv(started[k]) if k == "kv_cache_dtype" else started[k]) for k in got}
+            rec["release_overrides"] = [f"{k}: runs {runs[k]!r}, decision {want[k]!r}" for k in got
+                                        if runs[k] != want[k]]
+            # launch's own prediction of those (plan.engine_overrides, from the release's compat bundle)
+            real = {k: runs[k] for k in got if runs[k] != want[k]}
+            predicted = {k: (_norm_kv(x) if k == "kv_cache_dtype" else x)
+                         for k, x in planned.get("engine_overrides", {}).items() if k in got}
+            rec["engine_overrides_predicted_right"] = real == predicted
+            if real != predicted:
+                rec["engine_overrides_diff"] = {"release runs": real, "launch predicted": predicted}
     return rec
 
 
@@ -219,7 +254,11 @@ def run_release(envs: SideEnvs, release: str, version_param: Optional[str]) -> d
     to_parse = [(s, p) for s, p in valid if "argv" in p]
     parsed = [launch_answers[id(p)] for _, p in to_parse]
     t_parse = time.perf_counter() - t0
-    records = [compare(facts, s, p, r) for (s, p), r in zip(to_parse, parsed)]
+    t0 = time.perf_counter()
+    accepted = [(s, p) for (s, p), r in zip(to_parse, parsed) if r["accepted"]]
+    started = dict(zip((s["id"] for s, _ in accepted), startup(envs, release, accepted))) if accepted else {}
+    t_startup = time.perf_counter() - t0
+    records = [compare(facts, s, p, r, started.get(s["id"])) for (s, p), r in zip(to_parse, parsed)]
     rejected = [{"id": s["id"], "reason": p["rejected"]} for s, p in valid if "rejected" in p]
     failures = [r for r in records if not r["accepted"] or r["mismatches"]]
     return {"release": release, "threshold_var": facts.threshold_var, "scenarios": len(items),
@@ -227,7 +266,13 @@ def run_release(envs: SideEnvs, release: str, version_param: Optional[str]) -> d
             "rejected_by_policy": len(rejected), "parsed": len(records),
             "accepted": sum(r["accepted"] for r in records),
             "agreeing": sum(r["accepted"] and not r["mismatches"] for r in records),
-            "seconds": {"plan": round(t_plan, 2), "parse": round(t_parse, 2)},
+            "seconds": {"plan": round(t_plan, 2), "parse": round(t_parse, 2), "startup": round(t_startup, 2)},
+            "release_overrides": [{"id": r["id"], "overrides": r["release_overrides"]} for r in records
+                                  if r.get("release_overrides")],
+            "engine_overrides_checked": sum("engine_overrides_predicted_right" in r for r in records),
+            "engine_overrides_right": sum(bool(r.get("engine_overrides_predicted_right")) for r in records),
+            "engine_overrides_wrong": [{"id": r["id"], **r["engine_overrides_diff"]} for r in records
+                                       if "engine_overrides_diff" in r],
             "failures": failures, "policy_rejections": rejected, "records": records}
 
 
@@ -237,7 +282,8 @@ def machine() -> dict[str, Any]:
 
     return {"host": socket.gethostname(), "cpu": sh("nproc") + " cores", "os": platform.platform(),
             "python": platform.python_version(),
-            "load_average_1m": round(__import__("os").getloadavg()[0], 2), "git_head": sh(f"git -C {REPO} rev-parse --short HEAD")}
+            "load_average_1m": round(os.getloadavg()[0], 2),
+            "git_head": sh(f"git -C {REPO} rev-parse --short HEAD")}
 
 
 def run(releases: list[str], envs: SideEnvs) -> dict[str, Any]:
@@ -285,13 +331,26 @@ def _run_markdown(label: str, result: dict[str, Any]) -> list[str]:
                              f"{detail.replace('|', '/')} |")
         else:
             lines.append("Every parsed scenario accepted and agreeing.")
+        if r.get("release_overrides"):
+            ex = r["release_overrides"][0]
+            lines += ["", f"The release's own start-up policy then runs something else than the flags in "
+                          f"{len(r['release_overrides'])} scenarios (not counted), e.g. `{ex['id']}`: "
+                          + "; ".join(ex["overrides"])]
+        if r.get("engine_overrides_checked"):
+            lines += ["", f"Launch's prediction of what the release runs instead (`plan.engine_overrides`, from "
+                          f"its compat bundle) vs the release's own start-up code: {r['engine_overrides_right']}/"
+                          f"{r['engine_overrides_checked']} right."]
+            for w in r["engine_overrides_wrong"][:5]:
+                lines.append(f"- `{w['id']}`: release runs {w['release runs']}, launch predicted "
+                             f"{w['launch predicted']}")
         if r["policy_rejections"]:
             why: dict[str, int] = {}
             for x in r["policy_rejections"]:
-                reason = x["reason"].split("): ", 1)[-1]
+                kind, _, reason = x["reason"].partition(": ")
+                reason = reason.split("): ", 1)[-1] if kind == "StartupRejected" else reason
                 reason = re.split(r" at fault:| on \S+ \(sm|; it lists", reason)[0]
                 why[reason] = why.get(reason, 0) + 1
-            lines += ["", "Refused by the policy (no command to start): " + "; ".join(
+            lines += ["", "Refused by launch (policy rejection or usage error; no command to start): " + "; ".join(
                 f"{n} × {reason}" for reason, n in sorted(why.items(), key=lambda kv: -kv[1]))]
         if r.get("inputs_refused"):
             lines += ["", "Inputs the release itself refuses (not counted): " + "; ".join(
@@ -305,10 +364,13 @@ def markdown(doc: dict[str, Any]) -> str:
              "deliverable 4). Each scenario's final command is built by `plan_launch` and its server argv parsed "
              "by that release's own parser (sglang==X installed without dependencies in a side environment; "
              "scripts/sglang_oracle/README.md). A scenario agrees when the parser accepts the argv and the parsed "
-             "kv dtype (`bf16` = `bfloat16`), both backends and page size, and the threshold the release reads "
-             "(from the variable its environ.py declares; a `deprecated_name` alias does not count, confirmed by "
-             "running 0.5.20's and 0.5.23's start-up pipeline; before 0.5.13 GLM-5 on Blackwell is forced to 0), "
-             "equal the decision. A scenario whose own input the release refuses is not counted.", ""]
+             "kv dtype (`bf16` = `bfloat16`), both backends and page size equal the decision, and the release's "
+             "own start-up code (scripts/sglang_oracle/policy_oracle.py: parser → from_cli_args → resolution → "
+             "check_server_args, device emulated, with the command's environment) accepts the command and runs "
+             "the decision's dense-attention threshold (it has no flag; only the variable the release reads "
+             "counts). A scenario whose own input the release refuses is not counted. Where the release's "
+             "policy then runs something other than the flags, the run lists it under `release_overrides` "
+             "(not counted).", ""]
     for label, result in sorted(doc["runs"].items(), key=lambda kv: kv[1]["date"]):
         lines += _run_markdown(label, result) + [""]
     return "\n".join(lines).rstrip() + "\n"
@@ -330,7 +392,8 @@ def main(argv: list[str]) -> int:
     for r in result["releases"]:
         print(f"{r['release']}: {r['scenarios']} scenarios, {r['input_refused_by_release']} inputs refused by the "
               f"release, {r['rejected_by_policy']} refused by the policy, {r['parsed']} parsed, {r['accepted']} "
-              f"accepted, {r['agreeing']} agreeing (plan {r['seconds']['plan']} s, parse {r['seconds']['parse']} s)")
+              f"accepted, {r['agreeing']} agreeing (plan {r['seconds']['plan']} s, parse {r['seconds']['parse']} s, "
+              f"start-up {r['seconds']['startup']} s)")
         for f in r["failures"][:5]:
             print(f"  {f['id']}: {f['parser_error'] or '; '.join(f['mismatches'])}")
     if args.write:

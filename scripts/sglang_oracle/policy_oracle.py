@@ -1,4 +1,4 @@
-"""sglang 0.5.23's own DSA start-up decisions, device emulated (issue 11, deliverable 3).
+"""sglang's own DSA start-up decisions, device emulated (issue 11, deliverable 3); built for 0.5.23.
 
 Runs INSIDE the 0.5.23 side environment (run.py: `SideEnvs.run_script("0.5.23", "policy_oracle.py", ...)`):
 
@@ -19,8 +19,12 @@ own ModelConfig loads. Only platform probes are patched:
 - on ROCm, `layers.attention.dsa.utils.aiter_can_use_preshuffle_paged_mqa` (the input's
   "preshuffle"), which otherwise reads aiter/triton on this machine;
 - the lru caches of sglang's probes are cleared whenever the emulated device changes.
-Limit: `is_cuda()`/`is_hip()` called directly (they read torch.version), and module-level constants
-computed at import (`_is_hip = is_hip()`), keep the CPU machine's answer (False); the DSA passes read the platform through `get_platform()` (SGLANG-RELEASES §5.1).
+Before 0.5.19 (no override_platform, policy inside `ServerArgs.__post_init__`): the probe names
+imported into server_args/overrides/hisparse_hook/model_hook/model_config are re-pointed instead,
+values are read as attributes (nsa_* before 0.5.13), the threshold from the variable the release
+declares. Limit: `is_cuda()`/`is_hip()` called directly (they read torch.version), and module-level
+constants computed at import (`_is_hip = is_hip()`), keep the CPU machine's answer (False); the DSA
+passes read the platform through `get_platform()` (SGLANG-RELEASES §5.1).
 
 Input line: {"id", "device": sm80|sm90|sm100|sm103|sm120|sm121|gfx942|gfx950, "preshuffle": bool,
 "model": ds32|glm5|ds3|hyv4 (a base config) , "config": {overrides of the base config},
@@ -140,8 +144,6 @@ def clear_probe_caches() -> None:
 
 @contextlib.contextmanager
 def emulated(device: str, preshuffle: bool):
-    import torch
-    from sglang.srt.runtime_context import override_platform
 
     cap, name, mem, hip = DEVICES[device]
     props = SimpleNamespace(total_memory=mem, name=name, major=cap[0], minor=cap[1], multi_processor_count=132,
@@ -154,17 +156,64 @@ def emulated(device: str, preshuffle: bool):
         mock.patch("torch.cuda.get_device_properties", return_value=props),
         mock.patch("torch.cuda.mem_get_info", return_value=(mem, mem)),
     ]
-    if hip:
-        patches.append(mock.patch("sglang.srt.layers.attention.dsa.utils.aiter_can_use_preshuffle_paged_mqa",
-                                  return_value=bool(preshuffle)))
+    if hip:  # dsa.utils from 0.5.13, nsa.utils in 0.5.12; before 0.5.12 the release does not ask
+        import importlib
+
+        for modname in ("sglang.srt.layers.attention.dsa.utils", "sglang.srt.layers.attention.nsa.utils"):
+            try:
+                mod = importlib.import_module(modname)
+            except ImportError:
+                continue
+            if hasattr(mod, "aiter_can_use_preshuffle_paged_mqa"):
+                patches.append(mock.patch.object(mod, "aiter_can_use_preshuffle_paged_mqa",
+                                                 return_value=bool(preshuffle)))
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)
-        from sglang.srt import runtime_context as rc
-
-        known = set(rc._PLATFORM_PROBES) | set(rc._PLATFORM_VALUES)  # the facts this release has
-        stack.enter_context(override_platform(**{k: v for k, v in platform_facts(device).items() if k in known}))
+        try:
+            from sglang.srt import runtime_context as rc
+            from sglang.srt.runtime_context import override_platform
+        except ImportError:  # before 0.5.19
+            for p in legacy_patches(device):
+                stack.enter_context(p)
+        else:
+            known = set(rc._PLATFORM_PROBES) | set(rc._PLATFORM_VALUES)  # the facts this release has
+            stack.enter_context(override_platform(**{k: v for k, v in platform_facts(device).items()
+                                                     if k in known}))
         yield
+
+
+# Before 0.5.19 there is no override_platform: the start-up code calls probes it imported by name
+# (SGLANG-RELEASES §5.2/§5.3). Re-point those names in the modules that hold the DSA policy.
+_LEGACY_MODULES = ("sglang.srt.server_args", "sglang.srt.arg_groups.overrides", "sglang.srt.arg_groups.hisparse_hook",
+                   "sglang.srt.arg_groups.model_hook", "sglang.srt.configs.model_config")
+
+
+def _legacy_probes(device: str) -> dict:
+    (major, minor), name, mem, hip = DEVICES[device]
+    cuda = not hip
+    return {"is_hip": hip, "is_cuda": cuda, "is_npu": False, "is_xpu": False, "is_cpu": False, "is_mps": False,
+            "is_blackwell_supported": cuda and major in (10, 11, 12), "is_blackwell": cuda and major in (10, 11, 12),
+            "is_sm90_supported": cuda and major == 9, "is_sm100_supported": cuda and major == 10,
+            "is_sm120_supported": cuda and major == 12, "is_hopper_with_cuda_12_3": cuda and major == 9,
+            "is_flashinfer_available": cuda, "get_device": "cuda", "get_device_sm": major * 10 + minor,
+            "get_device_name": name, "get_device_memory_capacity": mem / (1 << 20),
+            "get_nvidia_driver_version": (580, 0)}
+
+
+def legacy_patches(device: str) -> list:
+    import importlib
+
+    out = []
+    for modname in _LEGACY_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        for probe, value in _legacy_probes(device).items():
+            if callable(getattr(mod, probe, None)):
+                out.append(mock.patch.object(mod, probe, lambda *a, _v=value, **k: _v))
+    return out
 
 
 def _error(exc: BaseException) -> dict:
@@ -172,9 +221,25 @@ def _error(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": msg[:600]}
 
 
+def _reader():
+    """How to read the decided values back: resolution_result from 0.5.19, plain attributes before."""
+    try:
+        from sglang.srt.arg_groups.overrides import resolution_result
+        return lambda sa, f: resolution_result(sa, f)
+    except ImportError:
+        return lambda sa, f: getattr(sa, f, getattr(sa, f.replace("dsa_", "nsa_"), None))
+
+
+def threshold_var() -> str:
+    import sglang.srt.environ as environ
+
+    return THRESHOLD_VAR if hasattr(environ.Envs, THRESHOLD_VAR) else THRESHOLD_VAR.replace("_DSA_", "_NSA_")
+
+
 def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
-    from sglang.srt.arg_groups.overrides import resolution_result
     from sglang.srt.server_args import ServerArgs
+
+    read = _reader()
 
     out: dict = {"id": item.get("id")}
     for k in INPUT_ENV:
@@ -196,11 +261,12 @@ def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
             stage = "from_cli_args"
             sa = ServerArgs.from_cli_args(ns)
             stage = "resolve_once"
-            sa.resolve_once()
+            if hasattr(sa, "resolve_once"):  # 0.5.19+; before, __post_init__ (from_cli_args) ran the policy
+                sa.resolve_once()
             stage = "check_server_args"
             sa.check_server_args()
-        values = {f: resolution_result(sa, f) for f in FIELDS}
-        thr = os.environ.get(THRESHOLD_VAR)
+        values = {f: read(sa, f) for f in FIELDS}
+        thr = os.environ.get(threshold_var())
         out.update(ok=True, stage="done", kv_cache_dtype=values["kv_cache_dtype"],
                    prefill_backend=values["dsa_prefill_backend"], decode_backend=values["dsa_decode_backend"],
                    page_size=values["page_size"], attention_backend=values["attention_backend"],

@@ -68,7 +68,7 @@ class SideEnvs:
     releases: dict[str, ReleaseEnv]
 
     @classmethod
-    def find(cls, root: Optional[os.PathLike] = None) -> Optional["SideEnvs"]:
+    def find(cls, root: Optional[os.PathLike] = None) -> Optional[SideEnvs]:
         """The side environments under root ($NSA_POLICY_SGLANG_ENVS, else /work/sgenv), or None."""
         base = Path(root or os.environ.get(ENV_VAR) or DEFAULT_ROOT)
         index = base / "envs.json"
