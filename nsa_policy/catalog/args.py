@@ -109,6 +109,13 @@ class Choices(_Spec):
     values: Tup[str]
 
 
+class ChoicesFrom(_Spec):
+    """Choices owned by another catalog: the backends sglang lists for a phase's flag (backends.yaml)."""
+
+    catalog: Literal["backends"]
+    phase: Literal["prefill", "decode"]
+
+
 class ChoiceAlias(_Spec):
     value: str
     canonical: str
@@ -127,6 +134,7 @@ class Argument(_Spec):
     parser_dests: Tup[Attribute] = Field(default=(), description="where argparse stores it, when not the attribute")
     env: Tup[EnvVar] = ()
     choices: Tup[Choices] = ()
+    choices_from: Optional[ChoicesFrom] = None
     choice_aliases: Tup[ChoiceAlias] = ()
 
 
@@ -266,8 +274,13 @@ class ArgRegistry:
     def choices(self, arg: str, release: object) -> Optional[tuple[str, ...]]:
         """The values the release's parser lists for the argument (None: free-form)."""
         r = self._rel(release)
+        a = self.argument(arg)
+        if a.choices_from is not None:  # the backend catalog owns which release lists which backend
+            from nsa_policy.catalog.store import load_catalog
+
+            return tuple(load_catalog().sglang_choices(str(r), a.choices_from.phase))
         hit = None
-        for c in self.argument(arg).choices:
+        for c in a.choices:
             if _v(c.first) <= r and (c.last is None or r <= _v(c.last)):
                 hit = c.values
         return hit
@@ -411,19 +424,31 @@ class ArgRegistry:
                 prev = key
                 rows.append([first if first == last else f"{first}–{last}", cell, attr_cell])
             out += ["| " + " | ".join(r) + " |" for r in rows]
-            if arg.choices:
+            if arg.choices or arg.choices_from:
                 out.append("")
-                out.append("Choices:")
+                out.append("Choices" + (" (from rules/catalog/backends.yaml):" if arg.choices_from else ":"))
                 out.append("")
-                for c in arg.choices:
-                    span = c.first + ("–" + c.last if c.last else "+")
-                    out.append(f"- {span}: " + ", ".join(f"`{v}`" for v in c.values))
+                for span, values in self._choice_spans(arg.name):
+                    out.append(f"- {span}: " + ", ".join(f"`{v}`" for v in values))
             for e in arg.env:
                 if e.ignored is not None:
                     out.append("")
                     out.append(f"`{e.name}` is ignored by {e.ignored.first}–{e.ignored.last}: {e.ignored.why}.")
             out.append("")
         return "\n".join(out)
+
+    def _choice_spans(self, arg: str) -> list[tuple[str, tuple[str, ...]]]:
+        """(release span, choices) where the choices change."""
+        out: list[tuple[str, tuple[str, ...]]] = []
+        for first, last in self._spans():
+            values = self.choices(arg, first)
+            if values is None:
+                continue
+            if out and out[-1][1] == values:
+                out[-1] = (out[-1][0].split("–")[0] + "–" + last, values)
+            else:
+                out.append((first if first == last else f"{first}–{last}", values))
+        return out
 
     def _spans(self) -> list[tuple[str, str]]:
         """The known releases as (first, last) spans, one per release (post releases folded into their base)."""
