@@ -246,9 +246,9 @@ def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, 
             rewrites.append(f"--enable-dp-attention {o.flag} {o.value} → {new} {o.value} "
                             f"(sglang {rel} deprecates --enable-dp-attention)")
             continue
+        alias = next((a for a in arg.choice_aliases if a.value == o.value
+                      and reg._rel(rel) >= reg._rel(a.deprecated)), None)
         if status in ("canonical",):
-            alias = next((a for a in arg.choice_aliases if a.value == o.value
-                          and reg._rel(rel) >= reg._rel(a.deprecated)), None)
             if alias is not None:  # a deprecated value (--attention-backend nsa from 0.5.13): its canonical name
                 respell(o, o.flag, alias.canonical)
                 values[o.arg] = alias.canonical
@@ -262,6 +262,11 @@ def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, 
                                                    f"{_first(arg)}); remove it or target another release")
         why = {"deprecated": "deprecated alias", "removed": "refused by the parser", "not-yet": "not yet accepted",
                "nsa-policy": "nsa-policy's own spelling"}[status or "nsa-policy"]
+        if alias is not None:  # the old flag's value under the new flag's name (in-seq-split → zigzag)
+            respell(o, new, alias.canonical)
+            values[o.arg] = alias.canonical
+            rewrites.append(f"{o.flag} {o.value} → {new} {alias.canonical} (sglang {rel}: {why})")
+            continue
         respell(o, new)
         rewrites.append(f"{o.flag} → {new} (sglang {rel}: {why})")
         _check_choice(arg, o, rel)

@@ -284,3 +284,10 @@ def test_an_abbreviation_of_a_flag_the_policy_reads_is_refused(token, release, f
     assert exc.value.field == token and full in exc.value.valid and "write the flag in full" in str(exc.value)
     assert plan("--host", "0.0.0.0", "--port", "30000", release=release).argv[5:9] == (
         "--host", "0.0.0.0", "--port", "30000")  # full names of other flags pass untouched
+
+
+def test_old_cp_spellings_and_mode_values_are_respelt() -> None:
+    p = plan("--enable-nsa-prefill-context-parallel", "--nsa-prefill-cp-mode", "in-seq-split", release="0.5.23")
+    assert p.argv[5:8] == ("--enable-prefill-cp", "--cp-strategy", "zigzag")
+    assert plan("--nsa-prefill-cp-mode", "round-robin-split", release="0.5.13").argv[5:7] == (
+        "--dsa-prefill-cp-mode", "round-robin-split")  # 0.5.13 still has the old mode names
