@@ -33,16 +33,17 @@ class InputError(NsaPolicyError, ValueError):
         self.field = field
         self.value = value
         self.valid = list(valid)
+        self.hint = hint
         self.suggestion = closest(value, self.valid) if self.valid and isinstance(value, str) else None
-        parts = [f"{field}: {value!r} is not valid"]
-        if hint:
-            parts[0] += f" ({hint})"
+        reasons = [hint] if hint else []
         if self.suggestion:
-            parts.append(f"did you mean {self.suggestion!r}?")
+            reasons.append(f"did you mean {self.suggestion!r}?")
         if self.valid:
             shown = ", ".join(self.valid[:show_valid]) + (", …" if len(self.valid) > show_valid else "")
-            parts.append(f"valid: {shown}")
-        super().__init__("; ".join(parts))
+            reasons.append(f"valid: {shown}")
+        self.reason = "; ".join(reasons)  # why it is not valid, without the field and value
+        head = f"{field}: {value!r} is not valid" + (f" ({hint})" if hint else "")
+        super().__init__("; ".join([head] + reasons[1 if hint else 0:]))
 
 
 class RuleFileError(NsaPolicyError):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from nsa_policy.engine.bundle import get_bundle
 from nsa_policy.engine.decision import SHOWN_FIELDS, Decision
+from nsa_policy.errors import InputError
 
 SHOWN = SHOWN_FIELDS  # the Decision fields tagged `shown`
 
@@ -56,18 +57,18 @@ def render_explain(decision: Decision) -> str:
         if p is None:
             lines.append(f"  {field} = {value!r}: no rule set it")
             continue
-        if p.source in ("rule", "model") and p.detail and bundle is not None:
+        if p.rule is not None and bundle is not None:
             try:
-                rule = bundle.rule(p.detail if p.source == "rule" else p.detail.split("(rule ")[-1].rstrip(")"))
+                rule = bundle.rule(p.rule)
                 lines.append(f"  {field} = {value!r}: rule {rule.id} ({rule.origin}) - {rule.description}"
                              + (f" [evidence: {', '.join(rule.evidence)}]" if rule.evidence else ""))
-            except Exception:
+            except InputError:  # a decision from another version of the bundle
                 lines.append(f"  {field} = {value!r}: rule {p.detail}")
         else:
             lines.append(f"  {field} = {value!r}: {p.source} {p.detail}".rstrip())
         if bundle is not None:
             for rule in bundle.rules:
-                if any(out == field for out, _ in rule.sets) and rule.id != p.detail:
+                if field in rule.outputs and rule.id != p.rule:
                     t = by_rule.get(rule.id)
                     if t is not None and t.outcome != "fired":
                         lines.append(f"      passed over {rule.id}: {t.outcome} - {t.why}")

@@ -4,24 +4,43 @@ A bundle is bundle.yaml plus stage files. Stages run in a fixed order; inside a 
 in file order. A bundle that extends another inherits its rules; a rule with the same id replaces
 the parent's in place, `drop` removes parent rules, and new rules go at the stage's end unless
 they say `before:`/`after:` an id.
+
+The compiled rule is the public interface between rules and their consumers (the evaluator, lint,
+verify, render, docs). A `CompiledRule` says:
+
+- what it is: `id`, `stage`, `description`, `origin` (file:line), `evidence`;
+- what it reads: `reads` (fact paths of its condition), `all_reads` (also its finding's message,
+  suggestion and alternatives, and the facts its values come from), `inputs` (which of device,
+  model, config, env, packages its outcome depends on: `namespace.inputs_of`);
+- what it can set: `outputs`, and `sets` as (output, `ValueSpec`) pairs; `ValueSpec.value(ns,
+  catalog)` is the value it would set given a namespace;
+- what it emits: `emit` (a `FindingSpec`: `code`, `level`, `message` template, `fields`,
+  `alternatives` (kind, argument, facts read; see `engine.alternatives`), `suggest`), or None;
+  `code` and `level` are shortcuts;
+- its condition: `when` as written (for analyses), `check(ns)`/`explain(ns)` compiled;
+- `overwrite` and `wins_over`.
+
+Consumers read these and nothing else: no message parsing, no fact-name slicing, no private helpers.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
 from nsa_policy.catalog.codes import CodeRegistry, load_codes
+from nsa_policy.engine.alternatives import ANY_PACKAGE, Alternatives, compile_alternatives
 from nsa_policy.engine.conditions import ConditionError, compile_condition
-from nsa_policy.engine.decision import OUTPUT_FIELDS
+from nsa_policy.engine.decision import OUTPUT_FIELDS, Level
 from nsa_policy.errors import InputError, RuleFileError
-from nsa_policy.engine.namespace import all_paths, known_path
+from nsa_policy.engine.namespace import all_paths, inputs_of, known_path
 from nsa_policy.catalog.paths import policy_dir
 from nsa_policy.engine.schema_load import validate_doc
 from nsa_policy.errors import closest
@@ -73,6 +92,118 @@ class BundleFile(_Strict):
     source: Optional[str] = None
 
 
+# ---------------------------------------------------------------- what a rule sets
+
+class ValueSpec:
+    """What a rule sets an output to. `value(ns, catalog)` is that value given the facts and the
+    outputs so far (None: nothing to set); `reads` the facts it depends on; `source` the
+    provenance it gives ("model" when the model alone decides it, else "rule")."""
+
+    __slots__ = ()
+    reads: tuple[str, ...] = ()
+    source: str = "rule"
+
+    def value(self, ns: Mapping[str, Any], catalog: Catalog) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def describe(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Fixed(ValueSpec):
+    """A literal: `set: {page_size: 64}`."""
+
+    literal: Any
+
+    def value(self, ns: Mapping[str, Any], catalog: Catalog) -> Any:
+        return self.literal
+
+    def describe(self) -> str:
+        return repr(self.literal)
+
+
+@dataclass(frozen=True)
+class FromFact(ValueSpec):
+    """Another fact's value: `set: {index_topk: {fact: model.index_topk}}`."""
+
+    fact: str
+    reads: tuple[str, ...] = ()
+    source: str = "rule"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reads", (self.fact,))
+        object.__setattr__(self, "source", "model" if inputs_of(self.fact) == {"model"} else "rule")
+
+    def value(self, ns: Mapping[str, Any], catalog: Catalog) -> Any:
+        return ns[self.fact]
+
+    def describe(self) -> str:
+        return f"the fact {self.fact}"
+
+
+@dataclass(frozen=True)
+class FirstValid(ValueSpec):
+    """The first candidate backend the catalog runs here for this phase and the KV dtype decided so far."""
+
+    phase: str
+    candidates: tuple[str, ...]
+    reads: tuple[str, ...] = ("out.kv_cache_dtype", "device.class", "model.index_topk", ANY_PACKAGE)
+
+    def value(self, ns: Mapping[str, Any], catalog: Catalog) -> Any:
+        kv = ns["out.kv_cache_dtype"]
+        if kv is None:
+            return None
+        dev, topk, packages = ns["device.class"], ns["model.index_topk"], ns.packages  # type: ignore[attr-defined]
+        for cand in self.candidates:
+            if catalog.runs(cand, dev, kv, self.phase, topk, packages):
+                return cand
+        return None
+
+    def describe(self) -> str:
+        return f"the first {self.phase} backend that runs here of {', '.join(self.candidates)}"
+
+
+class Assignment(NamedTuple):
+    output: str
+    value: ValueSpec
+
+
+# ---------------------------------------------------------------- what a rule emits
+
+@dataclass(frozen=True)
+class FindingSpec:
+    """A rule's compiled `emit`: the finding it adds when it fires."""
+
+    code: str
+    level: Level
+    message: str  # the template, with {fact.path} and {alternatives} placeholders
+    fields: tuple[str, ...]  # the input fields at fault
+    alternatives: Optional[Alternatives]
+    suggest: Optional[str]  # a fact whose value gets a "did you mean" among the alternatives
+    reads: tuple[str, ...]  # facts of the message, the suggestion and the alternatives
+    parts: tuple = field(repr=False, compare=False, default=())  # the template, compiled
+
+    def render(self, ns: Mapping[str, Any], alternatives: tuple[str, ...]) -> str:
+        out = []
+        for part in self.parts:
+            if isinstance(part, tuple):
+                name = part[0]
+                if name == "alternatives":
+                    out.append(", ".join(alternatives) if alternatives else "none")
+                else:
+                    v = ns[name]
+                    out.append("unset" if v is None else (f"{v:g}" if isinstance(v, float) else str(v)))
+            else:
+                out.append(part)
+        text = "".join(out)
+        if self.suggest:
+            near = closest(ns[self.suggest], alternatives) if ns[self.suggest] is not None else None
+            if near:
+                text += f" (did you mean {near!r}?)"
+        return text
+
+
 @dataclass(frozen=True)
 class CompiledRule:
     id: str
@@ -82,16 +213,46 @@ class CompiledRule:
     origin: str  # file:line
     check: Callable
     explain: Callable
-    reads: tuple[str, ...]
-    sets: tuple[tuple[str, Any], ...]  # (output, value spec)
+    reads: tuple[str, ...]  # fact paths of the condition
+    sets: tuple[Assignment, ...]
     overwrite: bool
-    emit: Optional[EmitSpec]
-    level: Optional[str]
-    message_parts: tuple  # compiled template
-    spec: RuleSpec = field(repr=False, compare=False)
+    emit: Optional[FindingSpec]
+    when: Optional[Mapping[str, Any]] = field(default=None, repr=False, compare=False)  # the condition as written
+    wins_over: tuple[str, ...] = ()
+    inputs: frozenset = frozenset()  # which of device, model, config, env, packages its outcome depends on
+    spec: Optional[RuleSpec] = field(default=None, repr=False, compare=False)  # the rule as written
     # The condition split for speed: top-level device.* tests (decided once per device) and the rest.
     device_check: Optional[Callable] = field(default=None, repr=False, compare=False)
     rest_check: Optional[Callable] = field(default=None, repr=False, compare=False)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The outputs it can set."""
+        return tuple(a.output for a in self.sets)
+
+    @property
+    def code(self) -> Optional[str]:
+        return self.emit.code if self.emit else None
+
+    @property
+    def level(self) -> Optional[Level]:
+        return self.emit.level if self.emit else None
+
+    @property
+    def all_reads(self) -> tuple[str, ...]:
+        """Every fact its outcome reads: the condition, the finding, and the values it sets."""
+        more = [p for a in self.sets for p in a.value.reads] + list(self.emit.reads if self.emit else ())
+        return tuple(dict.fromkeys(list(self.reads) + more))
+
+    def describe(self) -> dict[str, Any]:
+        """A plain, JSON-able summary (for docs and tools)."""
+        alt = self.emit.alternatives if self.emit else None
+        return {"id": self.id, "stage": self.stage, "origin": self.origin, "description": self.description,
+                "reads": list(self.all_reads), "inputs": sorted(self.inputs),
+                "sets": {a.output: a.value.describe() for a in self.sets}, "overwrite": self.overwrite,
+                "code": self.code, "level": self.level,
+                "alternatives": None if alt is None else {"kind": alt.kind, "arg": alt.arg},
+                "evidence": list(self.evidence)}
 
 
 @dataclass(frozen=True)
@@ -117,8 +278,6 @@ class CompiledBundle:
 
 
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.\-<>]*)\}")
-ALTERNATIVE_KINDS = ("values", "backends", "kv_dtypes", "device_classes", "backends_or_kv_dtypes", "parallel",
-                     "catalog_backends", "sglang_choices")
 
 
 def _compile_message(text: str, err: Callable[[str], Exception]) -> tuple:
@@ -136,19 +295,20 @@ def _compile_message(text: str, err: Callable[[str], Exception]) -> tuple:
     return tuple(parts)
 
 
-def _check_value_spec(out: str, value: Any, err: Callable[[str], Exception]) -> None:
+def _compile_value(out: str, value: Any, err: Callable[[str], Exception]) -> ValueSpec:
     if isinstance(value, dict):
         if set(value) == {"fact"}:
             if not known_path(value["fact"]):
                 raise err(f"set.{out}: unknown fact {value['fact']!r}")
-            return
+            return FromFact(str(value["fact"]))
         if set(value) == {"first_valid"}:
             fv = value["first_valid"]
             if not (isinstance(fv, dict) and set(fv) == {"phase", "candidates"} and fv["phase"] in ("prefill", "decode")
                     and isinstance(fv["candidates"], list)):
                 raise err(f"set.{out}: first_valid takes {{phase: prefill|decode, candidates: [backend, …]}}")
-            return
+            return FirstValid(fv["phase"], tuple(fv["candidates"]))
         raise err(f"set.{out}: a value is a literal, {{fact: path}} or {{first_valid: …}}")
+    return Fixed(value)
 
 
 def list_bundles() -> list[str]:
@@ -262,8 +422,8 @@ class _Loader:
 
         try:
             check, explain, reads = compile_condition(rule.when, ("when",))
-            device_part = {k: v for k, v in (rule.when or {}).items() if str(k).startswith("device.")}
-            rest_part = {k: v for k, v in (rule.when or {}).items() if not str(k).startswith("device.")}
+            device_part = {k: v for k, v in (rule.when or {}).items() if inputs_of(str(k)) == {"device"}}
+            rest_part = {k: v for k, v in (rule.when or {}).items() if k not in device_part}
             device_check = compile_condition(device_part)[0] if device_part else None
             rest_check = compile_condition(rest_part)[0] if rest_part else None
         except ConditionError as exc:
@@ -275,35 +435,45 @@ class _Loader:
         for out, value in (rule.set or {}).items():
             if out not in OUTPUT_FIELDS:
                 raise err(f"set: unknown output {out!r}; valid: {', '.join(OUTPUT_FIELDS)}", ("set", out))
-            _check_value_spec(out, value, lambda m: err(m, ("set", out)))
-            for b in _literal_backends(out, value):
+            compiled = _compile_value(out, value, lambda m: err(m, ("set", out)))
+            for b in _literal_backends(out, compiled):
                 if b not in self.catalog.backends:
                     raise err(f"set.{out}: unknown backend {b!r}; did you mean "
                               f"{closest(b, self.catalog.backend_names)!r}?", ("set", out))
-            sets.append((out, value))
+            sets.append(Assignment(out, compiled))
         if rule.overwrite and not compat:
             raise err("overwrite: true is allowed only in compatibility bundles (compat: true)", ("overwrite",))
         if stage == "validate" and sets:
             raise err("validate rules only emit findings; they cannot set outputs", ("set",))
-        level, parts = None, ()
-        if rule.emit:
-            if rule.emit.code not in self.codes.codes:
-                raise err(f"emit.code {rule.emit.code!r} is not in rules/codes.yaml; closest: "
-                          f"{closest(rule.emit.code, self.codes.codes)!r}", ("emit", "code"))
-            level = self.codes.codes[rule.emit.code].level
-            parts = _compile_message(rule.emit.message, lambda m: err(m, ("emit", "message")))
-            alt = rule.emit.alternatives
-            if alt is not None and (len(alt) != 1 or next(iter(alt)) not in ALTERNATIVE_KINDS):
-                raise err(f"emit.alternatives takes one of {ALTERNATIVE_KINDS}", ("emit", "alternatives"))
-            if rule.emit.suggest and not known_path(rule.emit.suggest):
-                raise err(f"emit.suggest: unknown fact {rule.emit.suggest!r}", ("emit", "suggest"))
-        if not sets and not rule.emit:
+        finding = self.compile_emit(rule.emit, err) if rule.emit else None
+        if not sets and not finding:
             raise err("a rule must `set` outputs or `emit` a finding")
-        return CompiledRule(id=rule.id, stage=stage, description=rule.description, evidence=tuple(rule.evidence),
-                            origin=f"{_display(path)}:{getattr(data, 'line', '?')}", check=check, explain=explain,
-                            reads=tuple(reads), sets=tuple(sets), overwrite=rule.overwrite, emit=rule.emit,
-                            level=level, message_parts=parts, spec=rule,
-                            device_check=device_check, rest_check=rest_check)
+        compiled_rule = CompiledRule(
+            id=rule.id, stage=stage, description=rule.description, evidence=tuple(rule.evidence),
+            origin=f"{_display(path)}:{getattr(data, 'line', '?')}", check=check, explain=explain,
+            reads=tuple(reads), sets=tuple(sets), overwrite=rule.overwrite, emit=finding, when=rule.when,
+            wins_over=tuple(rule.wins_over), spec=rule, device_check=device_check, rest_check=rest_check)
+        inputs = set().union(*(inputs_of(p, overwrite=compat) for p in compiled_rule.all_reads))
+        if stage == "not_dsa":
+            inputs.add("model")  # that stage runs only for a model that is not DSA
+        return dataclasses.replace(compiled_rule, inputs=frozenset(inputs))
+
+    def compile_emit(self, emit: EmitSpec, err: Callable[..., RuleFileError]) -> FindingSpec:
+        if emit.code not in self.codes.codes:
+            raise err(f"emit.code {emit.code!r} is not in rules/codes.yaml; closest: "
+                      f"{closest(emit.code, self.codes.codes)!r}", ("emit", "code"))
+        parts = _compile_message(emit.message, lambda m: err(m, ("emit", "message")))
+        alternatives, problem = compile_alternatives(emit.alternatives)
+        if problem:
+            raise err(problem, ("emit", "alternatives"))
+        if emit.suggest and not known_path(emit.suggest):
+            raise err(f"emit.suggest: unknown fact {emit.suggest!r}", ("emit", "suggest"))
+        reads = [p[0] for p in parts if isinstance(p, tuple) and p[0] != "alternatives"]
+        reads += [emit.suggest] if emit.suggest else []
+        reads += list(alternatives.reads) if alternatives else []
+        return FindingSpec(code=emit.code, level=self.codes.codes[emit.code].level, message=emit.message,
+                           fields=tuple(emit.fields), alternatives=alternatives, suggest=emit.suggest,
+                           reads=tuple(dict.fromkeys(reads)), parts=parts)
 
 
 def _display(path: Path) -> str:
@@ -320,13 +490,13 @@ def existing_from_same_file(entry: tuple, path: Path) -> bool:
     return entry[2] == path
 
 
-def _literal_backends(out: str, value: Any) -> list[str]:
+def _literal_backends(out: str, value: ValueSpec) -> list[str]:
     if out not in ("prefill_backend", "decode_backend"):
         return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict) and "first_valid" in value:
-        return list(value["first_valid"].get("candidates", []))
+    if isinstance(value, Fixed) and isinstance(value.literal, str):
+        return [value.literal]
+    if isinstance(value, FirstValid):
+        return list(value.candidates)
     return []
 
 
@@ -391,5 +561,6 @@ def _get_bundle(name_or_dir: str) -> CompiledBundle:
     return _cached(key)
 
 
-__all__ = ["STAGES", "CompiledBundle", "CompiledRule", "compile_bundle", "get_bundle", "list_bundles",
-           "concrete_bundles", "release_bundle", "KV_DTYPES"]
+__all__ = ["STAGES", "Assignment", "CompiledBundle", "CompiledRule", "FindingSpec", "FirstValid", "Fixed",
+           "FromFact", "ValueSpec", "compile_bundle", "get_bundle", "list_bundles", "concrete_bundles",
+           "release_bundle", "KV_DTYPES"]

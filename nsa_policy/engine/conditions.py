@@ -7,7 +7,7 @@ version_ge, version_lt). Several keys in one mapping must all hold.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from nsa_policy.catalog.store import version_ge
 
@@ -120,6 +120,24 @@ def _leaf(path: str, pred: Any, loc: tuple) -> tuple[Check, Explain, list[str]]:
     refs = [a["fact"] for a in (pred.values() if isinstance(pred, Mapping) else ())
             if isinstance(a, Mapping) and set(a) == {"fact"}]
     return check, explain, [path] + refs
+
+
+def leaves(cond: Any) -> Iterator[tuple[str, Any]]:
+    """Every (fact path, predicate) test of a condition as written, inside all/any/not too."""
+    if isinstance(cond, Mapping):
+        for key, value in cond.items():
+            if key in ("all", "any"):
+                for sub in value or []:
+                    yield from leaves(sub)
+            elif key == "not":
+                yield from leaves(value)
+            else:
+                yield str(key), value
+
+
+def conjuncts(cond: Any) -> list[tuple[str, Check]]:
+    """The top-level tests of a condition (all must hold), each as (its text, its compiled check)."""
+    return [(f"{key}: {value}", compile_condition({key: value})[0]) for key, value in (cond or {}).items()]
 
 
 def compile_condition(cond: Any, loc: tuple = ()) -> tuple[Check, Explain, list[str]]:

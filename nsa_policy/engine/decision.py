@@ -7,6 +7,7 @@ records of a space run, the table) is read from the tags with `tagged()`.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional
 
@@ -61,6 +62,25 @@ class Provenance(Frozen):
     source: Literal["user", "env", "rule", "model", "none"]
     detail: str = Field(description="the flag, the environment variable, or the rule id")
     overwrote: Optional[str] = Field(default=None, description="compat bundles only: the value a rule replaced")
+
+    @property
+    def rule(self) -> Optional[str]:
+        """The id of the rule that set the output (None when the user, the environment or no rule did)."""
+        if self.source == "rule":
+            return self.detail or None
+        if self.source == "model":
+            m = _MODEL_DETAIL.fullmatch(self.detail)
+            return m.group(2) if m else None
+        return None
+
+
+# A value the model decides, taken by a rule: "model.index_topk (rule threshold.index-topk)".
+_MODEL_DETAIL = re.compile(r"(.*) \(rule (.*)\)")
+
+
+def model_detail(fact: str, rule_id: str) -> str:
+    """Provenance detail of an output a rule took from a model fact (Provenance.rule reads it back)."""
+    return f"{fact} (rule {rule_id})"
 
 
 class TraceEntry(Frozen):

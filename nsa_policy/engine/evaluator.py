@@ -1,18 +1,32 @@
-"""The evaluator: facts + compiled bundle → Decision. Deterministic and pure."""
+"""The evaluator: facts + compiled bundle → Decision. Deterministic and pure.
+
+One evaluation, step by step:
+
+1. `_seed_user_values`: the user's explicit values are outputs from the start;
+2. `_run_stage`, for each stage in order: each rule whose condition holds fires
+   (`_apply_sets` sets what it may, `_emit` adds its finding); a malformed input stops after `input`;
+3. `_assemble`: the outputs, findings, provenance and trace become the Decision.
+
+With `trace=True` every rule is reported (`_Evaluation.note`), also those whose condition failed;
+without it, rules ruled out by the device alone are skipped (a plan decided once per device) and no
+text is built.
+"""
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any, Optional
 
-from nsa_policy.engine.bundle import STAGES, CompiledBundle, CompiledRule
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
-from nsa_policy.engine.decision import Decision, Finding, Provenance, RuntimeThresholds, TraceEntry
-from nsa_policy.errors import closest
+from nsa_policy.engine.bundle import STAGES, CompiledBundle, CompiledRule, ValueSpec
+from nsa_policy.engine.decision import (DECISION_OUTPUTS, Decision, Finding, Provenance, RuntimeThresholds,
+                                        TraceEntry, model_detail)
 from nsa_policy.engine.facts import Facts
 from nsa_policy.engine.namespace import FactNamespace, build_namespace, threshold_detail
 
 _USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--nsa-prefill-backend"),
                  ("decode_backend", "--nsa-decode-backend"), ("page_size", "--page-size"))
+_DSA_STAGES = tuple(s for s in STAGES if s != "not_dsa")
+_OUTPUT_KEYS = tuple((f, "out." + f) for f in DECISION_OUTPUTS)
 
 
 @lru_cache(maxsize=1024)
@@ -20,13 +34,43 @@ def _provenance(source: str, detail: str, overwrote: Optional[str]) -> Provenanc
     return Provenance.model_construct(source=source, detail=detail, overwrote=overwrote)
 
 
+@lru_cache(maxsize=8192)
+def _trace_entry(rule: str, stage: str, outcome: str, why: str) -> TraceEntry:
+    # Entries are frozen, and the same ones recur from one evaluation to the next: share them.
+    return TraceEntry.model_construct(rule=rule, stage=stage, outcome=outcome, why=why)
+
+
 @lru_cache(maxsize=64)
 def _runtime(capacity: int, ratio: int, one_shot: bool) -> RuntimeThresholds:
     return RuntimeThresholds.model_construct(mha_chunk_capacity=capacity, flashmla_auto_ratio=ratio, mha_one_shot=one_shot)
 
 
-def _seed_user_values(ns: FactNamespace, prov: dict) -> None:
+def value_of(spec: ValueSpec, ns: FactNamespace, catalog: Catalog) -> Any:
+    """The value a rule's `set` would give an output here (None: nothing to set)."""
+    return spec.value(ns, catalog)
+
+
+class _Evaluation:
+    """The state of one evaluation: the namespace, provenance, findings and (when tracing) the trace."""
+
+    __slots__ = ("ns", "catalog", "trace", "prov", "findings", "steps")
+
+    def __init__(self, ns: FactNamespace, catalog: Catalog, trace: bool):
+        self.ns = ns
+        self.catalog = catalog
+        self.trace = trace
+        self.prov: dict[str, Provenance] = {}
+        self.findings: dict[str, list[Finding]] = {"error": [], "warning": [], "info": []}
+        self.steps: list[TraceEntry] = []
+
+    def note(self, rule: CompiledRule, outcome: str, why: str) -> None:
+        """One trace entry (callers check `trace` first, so no text is built without one)."""
+        self.steps.append(_trace_entry(rule.id, rule.stage, outcome, why))
+
+
+def _seed_user_values(ev: _Evaluation) -> None:
     """Explicit user values are outputs from the start; fill rules then never touch them."""
+    ns, prov = ev.ns, ev.prov
     kv = ns["config.kv_cache_dtype"]
     seeds = {
         "kv_cache_dtype": kv if kv in KV_DTYPES else None,
@@ -40,198 +84,132 @@ def _seed_user_values(ns: FactNamespace, prov: dict) -> None:
             ns[f"prov.{out}"] = "user"
             prov[out] = _provenance("user", flag, None)
     if ns["input.threshold"] is not None:
-        src = ns["input.threshold_source"]
+        source = "user" if ns["input.threshold_source"] == "flag" else "env"
         ns["out.dense_attn_kv_len_threshold"] = ns["input.threshold"]
-        ns["prov.dense_attn_kv_len_threshold"] = "user" if src == "flag" else "env"
-        prov["dense_attn_kv_len_threshold"] = _provenance("user" if src == "flag" else "env",
-                                                          threshold_detail(ns) or "", None)
+        ns["prov.dense_attn_kv_len_threshold"] = source
+        prov["dense_attn_kv_len_threshold"] = _provenance(source, threshold_detail(ns) or "", None)
 
 
-def _value(spec: Any, ns: FactNamespace, catalog: Catalog) -> Any:
-    if isinstance(spec, dict):
-        if "fact" in spec:
-            return ns[spec["fact"]]
-        fv = spec["first_valid"]
-        kv = ns["out.kv_cache_dtype"]
-        if kv is None:
-            return None
-        for cand in fv["candidates"]:
-            if catalog.runs(cand, ns["device.class"], kv, fv["phase"], ns["model.index_topk"], ns.packages):
-                return cand
-        return None
-    return spec
-
-
-def _alternatives(spec: Optional[dict], ns: FactNamespace, catalog: Catalog) -> tuple[str, ...]:
-    if not spec:
-        return ()
-    kind, arg = next(iter(spec.items()))
-    dev, kv, topk = ns["device.class"], ns["out.kv_cache_dtype"], ns["model.index_topk"]
-    if kind == "values":
-        return tuple(str(v) for v in arg)
-    if kind == "catalog_backends":  # every backend name of the catalog
-        return tuple(catalog.backend_names)
-    if kind == "sglang_choices":  # the backends sglang release `arg` lists as --nsa/--dsa-*-backend choices
-        return tuple(catalog.sglang_choices(str(arg)))
-    if kind == "backends":
-        if kv is None:
-            return ()
-        current = ns[f"out.{arg}_backend"]
-        return tuple(b for b in catalog.valid_backends(arg, dev, kv, topk, ns.packages) if b != current)
-    if kind == "kv_dtypes":
-        return tuple(k for k in KV_DTYPES if k != kv and all(
-            catalog.valid_backends(p, dev, k, topk, ns.packages) for p in ("prefill", "decode")))
-    if kind == "device_classes":
-        seen = []
-        for cls in catalog.device_doc.classes:
-            if any(all(catalog.valid_backends(p, cls, k, topk) for p in ("prefill", "decode")) for k in KV_DTYPES):
-                seen.append(cls)
-        return tuple(seen)
-    if kind == "backends_or_kv_dtypes":
-        # The valid backends of this phase; when none runs this KV dtype here, the KV dtypes that would.
-        found = _alternatives({"backends": arg}, ns, catalog)
-        if found or kv is None:
-            return found
-        return tuple(f"kv_cache_dtype {k}" for k in _alternatives({"kv_dtypes": True}, ns, catalog))
-    if kind == "parallel":
-        return _parallel_alternatives(arg, ns)
-    return ()
-
-
-def _parallel_alternatives(what: str, ns: FactNamespace) -> tuple[str, ...]:
-    """Shapes that divide evenly: dp sizes for this tp_size, or attention-TP sizes for these heads."""
-    heads = ns["model.num_attention_heads"]
-    dp, dp_attn = ns["config.dp_size"], ns["config.enable_dp_attention"]
-    tp = ns["config.tp_size"] or (dp if dp_attn else 1)
-    if what == "dp_size":
-        return tuple(f"dp_size {d}" for d in range(1, tp + 1)
-                     if tp % d == 0 and (not heads or heads % (tp // d) == 0))
-    if not heads:
-        return ()
-    flag = "tp_size/dp_size" if dp_attn else "tp_size"
-    return tuple(f"{flag} {a}" for a in range(1, heads + 1) if heads % a == 0)
-
-
-def _render(rule: CompiledRule, ns: FactNamespace, alts: tuple[str, ...]) -> str:
+def _targets(rule: CompiledRule) -> tuple:
+    """Per output the rule sets: (output, its out./prov. keys, the value spec, the provenance it gives
+    when it replaces nothing). Computed once per plan, not per evaluation."""
     out = []
-    for part in rule.message_parts:
-        if isinstance(part, tuple):
-            name = part[0]
-            if name == "alternatives":
-                out.append(", ".join(alts) if alts else "none")
+    for name, spec in rule.sets:
+        detail = model_detail(spec.fact, rule.id) if spec.source == "model" else rule.id  # type: ignore[attr-defined]
+        out.append((name, "out." + name, "prov." + name, spec, _provenance(spec.source, detail, None)))
+    return tuple(out)
+
+
+def _apply_sets(ev: _Evaluation, rule: CompiledRule, targets: tuple) -> tuple[list, list, list]:
+    """Set the rule's outputs that are still unset (all of them for an `overwrite` rule).
+
+    Returns (changed, blocked, none_valid): (output, value, (the value it replaced,) or None) for
+    each output set, (output, value already there) for each left alone, and the outputs no
+    candidate runs here for."""
+    ns, prov = ev.ns, ev.prov
+    changed: list = []
+    blocked: list = []
+    none_valid: list = []
+    for out, key, prov_key, spec, fresh in targets:
+        current = ns[key]
+        if current is not None and not rule.overwrite:
+            blocked.append((out, current))
+            continue
+        value = spec.value(ns, ev.catalog)
+        if value is None:
+            none_valid.append(out)
+            continue
+        ns[key] = value
+        ns[prov_key] = "rule"
+        if current is None or current == value:
+            prov[out] = fresh
+            changed.append((out, value, None))
+            continue
+        # Only compatibility bundles get here: a rule that overwrites a value says what it replaced.
+        replaced = f"{current!r} ({prov[out].source}: {prov[out].detail})" if out in prov else repr(current)
+        prov[out] = _provenance(fresh.source, fresh.detail, replaced)
+        changed.append((out, value, (current,)))
+    return changed, blocked, none_valid
+
+
+def _emit(ev: _Evaluation, rule: CompiledRule) -> Finding:
+    """Add the rule's finding, its message filled in and its alternatives listed."""
+    spec = rule.emit
+    alts = spec.alternatives.values(ev.ns, ev.catalog) if spec.alternatives else ()  # type: ignore[union-attr]
+    finding = Finding.model_construct(code=spec.code, level=spec.level, message=spec.render(ev.ns, alts),
+                                      rule=rule.id, fields=spec.fields, alternatives=alts, evidence=rule.evidence)
+    ev.findings[spec.level].append(finding)
+    return finding
+
+
+def _fire(ev: _Evaluation, rule: CompiledRule, targets: tuple) -> None:
+    """A rule whose condition holds: set, then emit; trace what happened."""
+    outcome, why = "fired" if targets else "emitted", ""
+    if targets:
+        changed, blocked, none_valid = _apply_sets(ev, rule, targets)
+        if ev.trace:
+            held = "; ".join(f"{out} already {cur!r} ({ev.ns['prov.' + out]})" for out, cur in blocked)
+            if changed:
+                why = "set " + ", ".join(f"{out}={value!r}" + (f" over {before[0]!r}" if before else "")
+                                         for out, value, before in changed)
             else:
-                v = ns[name]
-                out.append("unset" if v is None else (f"{v:g}" if isinstance(v, float) else str(v)))
-        else:
-            out.append(part)
-    text = "".join(out)
-    if rule.emit and rule.emit.suggest:
-        near = closest(ns[rule.emit.suggest], alts) if ns[rule.emit.suggest] is not None else None
-        if near:
-            text += f" (did you mean {near!r}?)"
-    return text
+                ev.note(rule, "already_set" if blocked else "no_valid_candidate",
+                        held or f"no candidate runs here for {', '.join(none_valid)}")
+                why = held
+        if not changed:
+            if not rule.emit:
+                return
+            outcome = "emitted"
+    if rule.emit:
+        finding = _emit(ev, rule)
+        if ev.trace:
+            why = (why + "; " if why else "") + f"{finding.code}: {finding.message}"
+    if ev.trace:
+        ev.note(rule, outcome, why)
 
 
 _PLANS: dict = {}
 
 
-def _device_plan(bundle: CompiledBundle, ns: FactNamespace, device) -> dict[str, tuple[CompiledRule, ...]]:
-    """The rules whose top-level device tests hold on this device, per stage: decided once per device."""
-    key = (bundle.digest, bundle.files, device)
+def _plan(bundle: CompiledBundle, ns: FactNamespace, device: Any, trace: bool) -> dict[str, tuple]:
+    """Per stage, (rule, test, targets). With a trace, every rule under its full condition; without,
+    only the rules whose top-level device tests hold on this device (decided once per device), under
+    the rest of their condition (None: nothing left to test)."""
+    key = (bundle.digest, bundle.files, device if not trace else None, trace)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = {stage: tuple(r for r in rules if r.device_check is None or r.device_check(ns))
-                for stage, rules in bundle.stages.items()}
+        if trace:
+            plan = {stage: tuple((r, r.check, _targets(r)) for r in rules) for stage, rules in bundle.stages.items()}
+        else:
+            plan = {stage: tuple((r, r.rest_check, _targets(r)) for r in rules
+                                 if r.device_check is None or r.device_check(ns))
+                    for stage, rules in bundle.stages.items()}
         if len(_PLANS) > 4096:
             _PLANS.clear()
         _PLANS[key] = plan
     return plan
 
 
-def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: bool = True,
-             device_label: Optional[str] = None) -> Decision:
-    ns = build_namespace(facts, catalog)
-    prov: dict[str, Provenance] = {}
-    findings: dict[str, list[Finding]] = {"error": [], "warning": [], "info": []}
-    steps: list[TraceEntry] = []
-    _seed_user_values(ns, prov)
-    applies = facts.model.family is not None
-    stages = ("not_dsa",) if not applies else _DSA_STAGES
-    # Without a trace, rules ruled out by the device alone are skipped; with one, every rule is reported.
-    plan = bundle.stages if trace else _device_plan(bundle, ns, facts.device)
-
-    for stage in stages:
-        for rule in plan.get(stage, ()):
+def _run_stage(ev: _Evaluation, steps: tuple) -> None:
+    ns, trace = ev.ns, ev.trace
+    for rule, test, targets in steps:
+        if test is not None and not test(ns):
             if trace:
-                if not rule.check(ns):
-                    steps.append(TraceEntry.model_construct(rule=rule.id, stage=stage, outcome="not_matched",
-                                                            why=rule.explain(ns) or "condition false"))
-                    continue
-            elif rule.rest_check is not None and not rule.rest_check(ns):
-                continue
-            outcome, why = "fired", ""
-            if rule.sets:
-                changed, blocked, none_valid = [], [], []
-                for out, spec in rule.sets:
-                    key = "out." + out
-                    current = ns[key]
-                    if current is not None and not rule.overwrite:
-                        if trace:
-                            blocked.append(f"{out} already {current!r} ({ns['prov.' + out]})")
-                        else:
-                            blocked.append(out)
-                        continue
-                    value = _value(spec, ns, catalog)
-                    if value is None:
-                        none_valid.append(out)
-                        continue
-                    ns[key] = value
-                    ns["prov." + out] = "rule"
-                    replaced = None
-                    if current is not None and current != value:
-                        replaced = f"{current!r} ({prov[out].source}: {prov[out].detail})" if out in prov else repr(current)
-                    if isinstance(spec, dict) and str(spec.get("fact", "")).startswith("model."):
-                        prov[out] = _provenance("model", f"{spec['fact']} (rule {rule.id})", replaced)
-                    else:
-                        prov[out] = _provenance("rule", rule.id, replaced)
-                    if trace:
-                        changed.append(f"{out}={value!r}" + (f" over {current!r}" if replaced else ""))
-                    else:
-                        changed.append(out)
-                if not changed:
-                    if trace:
-                        steps.append(TraceEntry.model_construct(
-                            rule=rule.id, stage=stage, outcome="already_set" if blocked else "no_valid_candidate",
-                            why="; ".join(blocked) or f"no candidate runs here for {', '.join(none_valid)}"))
-                    if not rule.emit:
-                        continue
-                    outcome = "emitted"
-                    if trace:
-                        why = "; ".join(blocked)
-                elif trace:
-                    why = "set " + ", ".join(changed)
-            if rule.emit:
-                alts = _alternatives(rule.emit.alternatives, ns, catalog)
-                f = Finding.model_construct(code=rule.emit.code, level=rule.level, message=_render(rule, ns, alts),
-                                            rule=rule.id, fields=tuple(rule.emit.fields), alternatives=alts,
-                                            evidence=rule.evidence)
-                findings[rule.level].append(f)
-                if outcome == "fired" and not rule.sets:
-                    outcome = "emitted"
-                if trace:
-                    why = (why + "; " if why else "") + f"{f.code}: {f.message}"
-            if trace:
-                steps.append(TraceEntry.model_construct(rule=rule.id, stage=stage, outcome=outcome, why=why))
-        if stage == "input" and findings["error"]:
-            break  # malformed input: later stages would only repeat the problem
+                ev.note(rule, "not_matched", rule.explain(ns) or "condition false")
+            continue
+        _fire(ev, rule, targets)
 
+
+def _assemble(ev: _Evaluation, bundle: CompiledBundle, facts: Facts, applies: bool,
+              device_label: Optional[str]) -> Decision:
+    ns, prov, findings = ev.ns, ev.prov, ev.findings
     get = ns.get
     runtime = None
-    if applies and get("out.mha_one_shot") is not None:
-        runtime = _runtime(get("out.mha_chunk_capacity") or 131072, get("out.flashmla_auto_ratio") or 512,
-                           bool(get("out.mha_one_shot")))
     padded = {}
     if applies:
+        if get("out.mha_one_shot") is not None:
+            runtime = _runtime(get("out.mha_chunk_capacity") or 131072, get("out.flashmla_auto_ratio") or 512,
+                               bool(get("out.mha_one_shot")))
         for phase in ("prefill", "decode"):
             p = ns["pad." + phase]
             if p is not None:
@@ -239,18 +217,26 @@ def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: b
     for out, source in (("index_topk", "model"), ("attention_backend", "rule")):
         if get("out." + out) is not None and out not in prov:
             prov[out] = _provenance(source, "", None)
+    outputs = {f: get(key) for f, key in _OUTPUT_KEYS}
     return Decision.model_construct(
         applies=applies, policy=bundle.name, policy_digest=bundle.digest,
         device=device_label or facts.device.name, device_class=facts.device.device_class,
         model=facts.model.model_id, model_family=facts.model.family, architecture=facts.model.architecture,
-        kv_cache_dtype=get("out.kv_cache_dtype"), prefill_backend=get("out.prefill_backend"),
-        decode_backend=get("out.decode_backend"), page_size=get("out.page_size"),
-        attention_backend=get("out.attention_backend"),
-        dense_attn_kv_len_threshold=get("out.dense_attn_kv_len_threshold"), index_topk=get("out.index_topk"),
-        kv_cache_layout=get("out.kv_cache_layout"), heads_per_rank=facts.derived.heads_per_rank, padded_heads=padded,
+        **outputs, heads_per_rank=facts.derived.heads_per_rank, padded_heads=padded,
         runtime=runtime, warnings=tuple(findings["warning"]), errors=tuple(findings["error"]),
-        notes=tuple(findings["info"]), provenance=prov, trace=tuple(steps), inputs=facts,
+        notes=tuple(findings["info"]), provenance=prov, trace=tuple(ev.steps), inputs=facts,
     )
 
 
-_DSA_STAGES = tuple(s for s in STAGES if s != "not_dsa")
+def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: bool = True,
+             device_label: Optional[str] = None) -> Decision:
+    ns = build_namespace(facts, catalog)
+    ev = _Evaluation(ns, catalog, trace)
+    _seed_user_values(ev)
+    applies = facts.model.family is not None
+    plan = _plan(bundle, ns, facts.device, trace)
+    for stage in (_DSA_STAGES if applies else ("not_dsa",)):
+        _run_stage(ev, plan.get(stage, ()))
+        if stage == "input" and ev.findings["error"]:
+            break  # malformed input: later stages would only repeat the problem
+    return _assemble(ev, bundle, facts, applies, device_label)

@@ -16,9 +16,8 @@ from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts
 from nsa_policy.lint.flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
 from nsa_policy.lint.report import Arg, Diagnostic, Hint, Launch, Location
 
-_DEVICE_FACTS = ("device.", "cap.", "out.", "pad.", "req.", "pkg.")
-_MODEL_FACTS = ("model.", "out.", "pad.", "req.", "cap.")
-_MODEL_DERIVED = ("derived.heads_per_rank", "derived.heads_divisible")
+# A launch names the machine through its device; the packages installed are the machine's too.
+_MACHINE_INPUTS = frozenset({"device", "packages"})
 # Stand-ins for an unknown device or model; only findings that read neither are kept from them.
 # From the catalog: its first device class that runs DSA, and its first model.
 
@@ -31,29 +30,16 @@ class Needs:
 
 @lru_cache(maxsize=16)
 def rule_needs(policy: str) -> dict[str, Needs]:
-    """For each emitting rule of a bundle: does its verdict depend on the device, on the model?"""
-    bundle = get_bundle(policy)
-    out = {}
-    for rule in bundle.rules:
-        if not rule.emit:
-            continue
-        facts = set(rule.reads) | {p[0] for p in rule.message_parts if isinstance(p, tuple)}
-        if rule.emit.suggest:
-            facts.add(rule.emit.suggest)
-        alt = next(iter(rule.emit.alternatives or {}), None)
-        dev = any(f.startswith(_DEVICE_FACTS) for f in facts) or alt in ("backends", "kv_dtypes", "device_classes")
-        mdl = any(f.startswith(_MODEL_FACTS) or f in _MODEL_DERIVED for f in facts) or rule.stage == "not_dsa" \
-            or alt in ("backends", "kv_dtypes", "device_classes")
-        if bundle.compat and any(f.startswith("prov.") for f in facts):
-            dev = mdl = True  # compat rules may overwrite outputs, so provenance depends on both
-        out[rule.id] = Needs(dev, mdl)
-    return out
+    """For each emitting rule of a bundle: does its verdict depend on the device, on the model?
+    Read from what the rule declares it depends on (`CompiledRule.inputs`)."""
+    return {rule.id: Needs(device=bool(rule.inputs & _MACHINE_INPUTS), model="model" in rule.inputs)
+            for rule in get_bundle(policy).rules if rule.emit}
 
 
 def skipped_codes(policy: str, *, device: bool, model: bool) -> list[str]:
     needs = rule_needs(policy)
     bundle = get_bundle(policy)
-    codes = {r.emit.code for r in bundle.rules if r.emit and r.id in needs
+    codes = {r.code for r in bundle.rules if r.id in needs
              and ((device and needs[r.id].device) or (model and needs[r.id].model))}
     return sorted(codes)
 
@@ -187,7 +173,7 @@ class Checker:
                 if field not in config:
                     break
                 arg = where[field]
-                out.append(self.diag("NSA406", f"{arg.spelling} {_show(arg.value)} is not valid: {_reason(exc)}", arg.loc))
+                out.append(self.diag("NSA406", f"{arg.spelling} {_show(arg.value)} is not valid: {exc.reason}", arg.loc))
                 del config[field]
         return config
 
@@ -215,7 +201,7 @@ class Checker:
                 break
             except InputError as exc:
                 name = exc.field if exc.field in env else next(iter(env))
-                out.append(self.diag("NSA406", f"{name}={env[name]!r} is not valid: {_reason(exc)}", launch.env[name].loc))
+                out.append(self.diag("NSA406", f"{name}={env[name]!r} is not valid: {exc.reason}", launch.env[name].loc))
                 del env[name]
         return env
 
@@ -366,11 +352,6 @@ def _convert(field: str, value: Any) -> tuple[Any, Optional[str]]:
     if isinstance(value, (dict, list)):
         return None, "expected a single value"
     return str(value), None
-
-
-def _reason(exc: InputError) -> str:
-    text = str(exc)
-    return text.split(" is not valid", 1)[-1].lstrip(" (").rstrip(")") if " is not valid" in text else text
 
 
 def _norm(value: Any) -> str:

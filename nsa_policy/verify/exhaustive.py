@@ -88,7 +88,7 @@ def _trace_line(space: Space, index: int, bundle: CompiledBundle, rule_id: str) 
     if entry is None:
         return "the rule was not reached"
     why = entry.why
-    for out, _ in bundle.rule(rule_id).sets:
+    for out in bundle.rule(rule_id).outputs:
         p = d.provenance.get(out)
         if p is not None:
             why += f"; {out} came from {p.source}{' ' + p.detail if p.detail else ''}"
@@ -150,12 +150,12 @@ def dynamic_issues(bundle: CompiledBundle, space: Space, run: SpaceRun, policy: 
     used: dict[tuple, int] = {}
     for (a, b, output), agg in sorted(run.conflicts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1], kv[0][2])):
         later = bundle.rule(b)
-        if later.spec.when is None:
+        if later.when is None:
             continue  # an unconditional rule is a declared fallback
         if a is not None:
             earlier = bundle.rule(a)
             if declared_wins(earlier, b):
-                for p in earlier.spec.wins_over:
+                for p in earlier.wins_over:
                     if fnmatch.fnmatchcase(b, p):
                         used[(a, p)] = used.get((a, p), 0) + agg.count
                 continue
@@ -168,7 +168,7 @@ def dynamic_issues(bundle: CompiledBundle, space: Space, run: SpaceRun, policy: 
                          f"{b} ({later.origin}) would set {would!r}; declare `wins_over: [{b}]` on {a} if that "
                          "is intended, or make the conditions exclusive", agg.count, ex(agg.example)))
     for rule in bundle.rules:
-        for p in rule.spec.wins_over:
+        for p in rule.wins_over:
             if (rule.id, p) not in used and any(fnmatch.fnmatchcase(r.id, p) for r in bundle.rules):
                 out.append(Issue("stale-declaration", rule.id,
                                  f"{rule.origin}: wins_over {p!r} never decides an output over the space "

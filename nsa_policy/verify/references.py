@@ -11,7 +11,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from nsa_policy.engine.bundle import CompiledBundle, CompiledRule
+from nsa_policy.engine.bundle import CompiledBundle, CompiledRule, Fixed
+from nsa_policy.engine.conditions import leaves
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
 from nsa_policy.catalog.codes import CodeRegistry
 from nsa_policy.errors import closest
@@ -58,22 +59,10 @@ def _literals(pred: Any) -> list:
     return [pred]
 
 
-def _leaves(node: Any) -> Iterator[tuple[str, Any]]:
-    if isinstance(node, dict):
-        for key, val in node.items():
-            if key in ("all", "any"):
-                for sub in val or []:
-                    yield from _leaves(sub)
-            elif key == "not":
-                yield from _leaves(val)
-            else:
-                yield str(key), val
-
-
 def literal_problems(rule: CompiledRule, catalog: Catalog) -> Iterator[str]:
     domains = _value_domains(catalog)
     known_pkgs = set(PACKAGES) | {spec.package for spec in catalog.backends.values()}
-    for path, pred in _leaves(rule.spec.when):
+    for path, pred in leaves(rule.when):
         if path.startswith("pkg.") and path[4:] not in known_pkgs:
             yield f"condition reads {path}, a package nothing installs; known: {', '.join(sorted(known_pkgs))}"
         dom = domains.get(path)
@@ -86,14 +75,15 @@ def literal_problems(rule: CompiledRule, catalog: Catalog) -> Iterator[str]:
                 yield (f"condition on {path} names {lit!r}, not a {what}"
                        + (f"; did you mean {near!r}?" if near else f"; valid: {', '.join(map(str, valid))}"))
     for out, value in rule.sets:
-        if out == "kv_cache_dtype" and isinstance(value, str) and value not in KV_DTYPES:
-            yield f"set.kv_cache_dtype {value!r} is not one of {', '.join(KV_DTYPES)}"
+        if out == "kv_cache_dtype" and isinstance(value, Fixed) and isinstance(value.literal, str) \
+                and value.literal not in KV_DTYPES:
+            yield f"set.kv_cache_dtype {value.literal!r} is not one of {', '.join(KV_DTYPES)}"
 
 
 def code_problems(rule: CompiledRule, bundle: CompiledBundle, codes: CodeRegistry) -> Iterator[str]:
-    if rule.emit is None:
+    code = rule.code
+    if code is None:
         return
-    code = rule.emit.code
     if code.startswith("NSA4"):
         yield f"emits {code}, a lint-only code (NSA4xx); policy bundles use NSA0xx-NSA3xx"
     if code.startswith("NSA3") and not bundle.compat:
@@ -107,7 +97,7 @@ def wins_over_problems(bundle: CompiledBundle) -> Iterator[tuple[CompiledRule, s
     for stage, rules in bundle.stages.items():
         ids = [r.id for r in rules]
         for pos, rule in enumerate(rules):
-            for pattern in rule.spec.wins_over:
+            for pattern in rule.wins_over:
                 later = [i for i in ids[pos + 1:] if fnmatch.fnmatchcase(i, pattern)]
                 if not later:
                     earlier = [i for i in ids[:pos] if fnmatch.fnmatchcase(i, pattern)]
@@ -119,7 +109,7 @@ def wins_over_problems(bundle: CompiledBundle) -> Iterator[tuple[CompiledRule, s
 
 
 def declared_wins(rule: CompiledRule, other_id: str) -> bool:
-    return any(fnmatch.fnmatchcase(other_id, p) for p in rule.spec.wins_over)
+    return any(fnmatch.fnmatchcase(other_id, p) for p in rule.wins_over)
 
 
 def _folder_source(origin: str, bundle: CompiledBundle) -> Optional[str]:
@@ -137,10 +127,10 @@ def evidence_basis(rule: CompiledRule, bundle: CompiledBundle, codes: CodeRegist
     """Where a rule's evidence is, or None: its own evidence, its code's, a citation, its bundle's source."""
     if rule.evidence:
         return "evidence: " + "; ".join(rule.evidence)
-    if rule.emit is not None:
-        doc = codes.codes.get(rule.emit.code)
+    if rule.code is not None:
+        doc = codes.codes.get(rule.code)
         if doc is not None and doc.evidence:
-            return f"code {rule.emit.code}: " + "; ".join(doc.evidence)
+            return f"code {rule.code}: " + "; ".join(doc.evidence)
     m = CITATION.search(rule.description)
     if m:
         return f"description cites {m.group(0)}"

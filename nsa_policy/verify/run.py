@@ -20,10 +20,10 @@ from typing import Any, Callable, Optional
 
 from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
-from nsa_policy.engine.conditions import compile_condition
+from nsa_policy.engine.conditions import conjuncts
 from nsa_policy.engine.decision import DECISION_OUTPUTS, RECORDED_FIELDS
-from nsa_policy.engine.evaluator import _value, evaluate
-from nsa_policy.engine.namespace import KV_ALIASES
+from nsa_policy.engine.evaluator import evaluate
+from nsa_policy.engine.namespace import KV_ALIASES, outputs_read
 from nsa_policy.verify.invariants import check_invariants  # imported here, not in forked workers
 from nsa_policy.verify.space import FactsBuilder, Point, Space
 
@@ -39,17 +39,7 @@ FIELD_DIMS = {"kv_cache_dtype": "kv_cache_dtype", "nsa_prefill_backend": "prefil
 
 def _reads_outputs(reads: tuple[str, ...]) -> tuple[str, ...]:
     """The outputs a condition depends on: out.X, prov.X, and the outputs behind cap./req./pad. facts."""
-    outs: list[str] = []
-    for path in reads:
-        kind, _, rest = path.partition(".")
-        if kind in ("out", "prov"):
-            outs.append(rest)
-        elif kind in ("cap", "req", "pad"):
-            phase = rest.split(".")[0].removesuffix("_factor")
-            outs.append(f"{phase}_backend")
-            if kind == "cap":
-                outs.append("kv_cache_dtype")
-    return tuple(dict.fromkeys(outs))
+    return tuple(dict.fromkeys(out for path in reads for out in outputs_read(path)))
 
 
 class Probe:
@@ -60,7 +50,7 @@ class Probe:
         self.rules = bundle.rules
         self.index = {r.id: i for i, r in enumerate(self.rules)}
         self.read_outs = [_reads_outputs(r.reads) for r in self.rules]
-        self.set_outs = [frozenset(o for o, _ in r.sets) for r in self.rules]
+        self.set_outs = [frozenset(r.outputs) for r in self.rules]
         # Without overwrite rules a set output never changes again, so only reads of unset ones can go stale.
         self.only_unset_reads = not any(r.overwrite for r in self.rules)
         self.reset()
@@ -108,7 +98,7 @@ class Probe:
                             cur = ns["out." + out]
                             if cur is None or ns["prov." + out] != "rule":
                                 continue
-                            would = _value(spec, ns, catalog)
+                            would = spec.value(ns, catalog)
                             if would is not None and would != cur:
                                 self.conflicts.append((self.setter.get(out), i, out, cur, would))
                     self.pending = (i, tuple((out, ns["out." + out], ns["prov." + out]) for out, _ in sets))
@@ -368,19 +358,11 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
 
 # ---------------------------------------------------------------- near misses of rules that never fire
 
-def _conjuncts(when: Any) -> list[tuple[str, Callable]]:
-    out = []
-    for key, val in (when or {}).items():
-        text = f"{key}: {val}"
-        out.append((text, compile_condition({key: val})[0]))
-    return out
-
-
 def _near_range(bundle: CompiledBundle, space: Space, start: int, stop: int, targets: tuple) -> dict:
     """For each target rule: the input where most of its top-level tests hold (then fewest settings),
     which tests failed there, and which tests never hold anywhere."""
     catalog = memo_catalog()
-    parts = {rid: _conjuncts(bundle.rule(rid).spec.when) for rid in targets}
+    parts = {rid: conjuncts(bundle.rule(rid).when) for rid in targets}
     found = {rid: {"best": None, "failing": None, "ever": [False] * len(parts[rid])} for rid in targets}
     current: dict = {}
 
@@ -437,7 +419,7 @@ def near_misses(bundle: CompiledBundle, space: Space, targets: tuple, *, workers
             _JOB.clear()
     out = {}
     for rid in targets:
-        texts = [t for t, _ in _conjuncts(bundle.rule(rid).spec.when)]
+        texts = [t for t, _ in conjuncts(bundle.rule(rid).when)]
         best, failing, ever = None, None, [False] * len(texts)
         for part in parts:
             slot = part[rid]

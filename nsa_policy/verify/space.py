@@ -29,6 +29,8 @@ from functools import cached_property
 from typing import Any, Iterable, Optional, Sequence
 
 from nsa_policy.catalog.store import Catalog, load_catalog
+from nsa_policy.engine.conditions import leaves
+from nsa_policy.engine.namespace import device_part, inputs_of
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, Facts, ServingConfig, derive
 from nsa_policy.inputs import environment_from
 
@@ -48,7 +50,6 @@ class Value:
     device: Optional[str] = None
     model: Optional[str] = None  # catalog id
     arch: Optional[tuple[str, Optional[int], Optional[int]]] = None  # (architecture, index_topk, heads)
-    model_extra: tuple[tuple[str, Any], ...] = ()  # more config.json keys with `arch` (learnable_sink, index_kpool, …)
     covers: tuple[str, ...] = ()  # device classes this representative stands for (itself first)
 
 
@@ -129,7 +130,6 @@ class Point:
                     model["index_topk"] = topk
                 if heads is not None:
                     model["num_attention_heads"] = heads
-                model.update(v.model_extra)
             config.update(v.config)
             env.update(v.env)
             packages.update(v.packages)
@@ -240,38 +240,22 @@ def _cfg(label: str, **config: Any) -> Value:
 def _named_model_ids(bundles: Iterable[Any]) -> list[str]:
     """Catalog model ids that some rule names in a `model.id` condition (they must be in the space)."""
     found: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, val in node.items():
-                if key == "model.id":
-                    lits = val if not isinstance(val, dict) else (val.get("in") or val.get("eq") or val.get("ne")
-                                                                  or val.get("not_in") or [])
-                    for lit in (lits if isinstance(lits, list) else [lits]):
-                        if isinstance(lit, str) and lit not in found:
-                            found.append(lit)
-                walk(val)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
     for bundle in bundles:
         for rule in bundle.rules:
-            walk(rule.spec.when)
+            for key, val in leaves(rule.when):
+                if key != "model.id":
+                    continue
+                lits = val if not isinstance(val, dict) else (val.get("in") or val.get("eq") or val.get("ne")
+                                                              or val.get("not_in") or [])
+                for lit in (lits if isinstance(lits, list) else [lits]):
+                    if isinstance(lit, str) and lit not in found:
+                        found.append(lit)
     return found
 
 
-def _device_leaves(node: Any, out: list) -> None:
-    """Every `device.*` test anywhere in a condition (inside all/any/not too)."""
-    if isinstance(node, dict):
-        for key, val in node.items():
-            if isinstance(key, str) and key.startswith("device."):
-                out.append((key, val))
-            else:
-                _device_leaves(val, out)
-    elif isinstance(node, list):
-        for item in node:
-            _device_leaves(item, out)
+def _device_leaves(when: Any, out: list) -> None:
+    """Every test of a fact of the device alone anywhere in a condition (inside all/any/not too)."""
+    out.extend((key, pred) for key, pred in leaves(when) if inputs_of(key) == {"device"})
 
 
 def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
@@ -283,14 +267,13 @@ def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
     messages, so one class is evaluated for the group.
     """
     from nsa_policy.engine.conditions import compile_condition
-    from nsa_policy.engine.namespace import device_part
 
-    leaves: list = []
+    found: list = []
     for bundle in bundles:
         for rule in bundle.rules:
-            _device_leaves(rule.spec.when, leaves)
+            _device_leaves(rule.when, found)
     checks = []
-    for key, pred in leaves:
+    for key, pred in found:
         refs = isinstance(pred, dict) and any(isinstance(v, dict) and "fact" in v for v in pred.values())
         checks.append(None if refs else compile_condition({key: pred})[0])
     groups: dict[tuple, list[str]] = {}
@@ -348,8 +331,6 @@ def _thresholds(topk: int) -> tuple[Value, ...]:
         _cfg(f"{topk * 2} (flag)", dense_attn_kv_len_threshold=topk * 2),
         _cfg("131072 (flag)", dense_attn_kv_len_threshold=131072),
         Value(label="131072 (env)", env=((env_var, "131072"),)),
-        # the DSA name alone: sglang up to 0.5.12 does not read it, 0.5.13+ read only it (SGLANG-RELEASES.md §3.3)
-        Value(label="131072 (DSA env)", env=((THRESHOLD_ENV_VARS[1], "131072"),)),
     )
 
 
@@ -361,32 +342,6 @@ EXTRAS = (
          enable_dp_attention=True),
     Value(label="flashinfer-python 0.6.7", packages=(("flashinfer-python", "0.6.7"),)),
     Value(label="flashinfer-python 0.6.14", packages=(("flashinfer-python", "0.6.14"),)),
-    # ROCm page size from sglang 0.5.12: 64 when aiter's preshuffle paged-MQA path is usable
-    Value(label="aiter preshuffle (SGLANG_USE_AITER=1, triton 3.6.0)", env=(("SGLANG_USE_AITER", "1"),),
-          packages=(("triton", "3.6.0"),)),
-)
-
-
-# Model variants and serving options the later sglang releases read (SGLANG-RELEASES.md §4): attention
-# sinks (HYV4), pooled index pages, top-k sharing, a NextN draft architecture as the main model; decode and
-# prefill context parallel, two-batch overlap.
-def _model_variants(topk: int) -> tuple[Value, ...]:
-    return (
-        Value(label="HYV4ForCausalLM (learnable_sink)", arch=("HYV4ForCausalLM", topk, None),
-              model_extra=(("learnable_sink", True),)),
-        Value(label="DeepseekV3ForCausalLM (index_kpool 2)", arch=("DeepseekV3ForCausalLM", topk, None),
-              model_extra=(("index_kpool", 2),)),
-        Value(label="DeepseekV3ForCausalLM (index_topk_freq 2)", arch=("DeepseekV3ForCausalLM", topk, None),
-              model_extra=(("index_topk_freq", 2),)),
-        Value(label="DeepseekV3ForCausalLMNextN", arch=("DeepseekV3ForCausalLMNextN", topk, None)),
-    )
-
-
-SERVING_VARIANTS = (
-    _cfg("default"),
-    _cfg("dcp_size 2", dcp_size=2),
-    _cfg("prefill context parallel", enable_prefill_cp=True),
-    _cfg("two-batch overlap", enable_two_batch_overlap=True),
 )
 
 
@@ -424,8 +379,6 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
             Value(label=f"{arch} (topk {topk}, heads not given)", arch=(arch, topk, None))
             for _, arch in uncatalogued_families(catalog)), counts_for_size=False), kv3,
             side("prefill", all_choices), side("decode", all_choices)))] if uncatalogued_families(catalog) else []),
-        Block("variants", (device, Dim("model", _model_variants(topk), counts_for_size=False), kv3,
-                           side("prefill", all_choices), Dim("serving", SERVING_VARIANTS))),
         Block("not_dsa", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                       counts_for_size=False),
                           Dim("kv_cache_dtype", (kv4.values[0], kv4.values[3])),
@@ -475,7 +428,7 @@ class FactsBuilder:
             device = v.device or device
             if v.model or v.arch:
                 model = v.model or {"architectures": [v.arch[0]], **({"index_topk": v.arch[1]} if v.arch[1] else {}),
-                                    **({"num_attention_heads": v.arch[2]} if v.arch[2] else {}), **dict(v.model_extra)}
+                                    **({"num_attention_heads": v.arch[2]} if v.arch[2] else {})}
         cfg, environment = self._settings(point)
         mdl = self.model(model)
         dkey = (id(mdl), id(cfg))

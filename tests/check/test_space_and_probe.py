@@ -25,7 +25,7 @@ def test_device_groups_are_proved_equivalent():
                 for c in group}
         assert len(rows) == 1, group
     # a rule that names one class of a group splits it off
-    naming = SimpleNamespace(rules=[SimpleNamespace(spec=SimpleNamespace(when={"device.class": {"in": ["sm121"]}}))])
+    naming = SimpleNamespace(rules=[SimpleNamespace(when={"device.class": {"in": ["sm121"]}})])
     assert ["sm121"] in device_groups(cat, [naming])
     assert ["sm120", "sm121"] in device_groups(cat, [SimpleNamespace(rules=[])])
 
