@@ -88,14 +88,24 @@ def backends(as_json: bool = typer.Option(False, "--json")) -> None:
 
 def policies(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the shipped policy bundles."""
-    from nsa_policy.engine.bundle import concrete_bundles, get_bundle
+    from nsa_policy.catalog.args import load_args
+    from nsa_policy.engine.bundle import concrete_bundles, get_bundle, release_bundle
 
     try:
+        # Which sglang releases each release bundle answers for (the newest bundle at or below each release).
+        answers: dict[str, list[str]] = {}
+        for release in load_args().releases:
+            try:
+                owner = release_bundle(f"sglang-{release}")
+            except NsaPolicyError:
+                continue  # older than every release bundle
+            if owner is not None:
+                answers.setdefault(owner, []).append(release)
         rows = []
         for name in concrete_bundles():
             b = get_bundle(name)
             rows.append({"name": b.name, "digest": b.digest, "compat": b.compat, "extends": list(b.chain[:-1]),
-                         "rules": len(b.rules), "description": b.description})
+                         "rules": len(b.rules), "releases": answers.get(b.name, []), "description": b.description})
     except NsaPolicyError as exc:
         raise fail_usage(exc, as_json) from None
     if as_json:
@@ -104,3 +114,5 @@ def policies(as_json: bool = typer.Option(False, "--json")) -> None:
     for r in rows:
         kind = "compat" if r["compat"] else "policy"
         print(f"{r['name']:<18} {kind:<6} {r['rules']:>3} rules  {r['digest']}  {r['description']}")
+        if r["releases"]:
+            print(f"{'':<18} answers for sglang {', '.join(r['releases'])}")

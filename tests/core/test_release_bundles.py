@@ -47,3 +47,25 @@ def test_too_old_or_not_a_release() -> None:
     assert release_bundle("sglang-pre-21783") is None
     with pytest.raises(InputError):
         get_bundle("sglang-latest")
+
+
+def test_policies_lists_the_releases_each_bundle_answers_for() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from nsa_policy.catalog.args import load_args
+    from nsa_policy.cli import app
+
+    result = CliRunner().invoke(app, ["policies", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    listed = [rel for r in rows.values() for rel in r["releases"]]
+    assert len(listed) == len(set(listed))  # each release answered by one bundle
+    for _, name in _release_bundles():
+        assert name[len("sglang-"):] in rows[name]["releases"]
+        assert rows[name]["description"]
+    for rel in load_args().releases:
+        if parse_version(rel) >= parse_version("0.5.10"):
+            assert rel in listed
+    assert rows["default"]["releases"] == []
