@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from nsa_policy.catalog.store import Catalog
 from nsa_policy.engine.decision import OUTPUT_FIELDS
-from nsa_policy.engine.facts import DeviceFacts, Facts, ModelFacts, ServingConfig, effective_tp_size
+from nsa_policy.engine.facts import DeviceFacts, Environment, Facts, ModelFacts, ServingConfig, effective_tp_size
 
 KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
 
@@ -225,7 +225,7 @@ def _get_bool_env_var(value: Optional[str]) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
 
-def _env_switches(e) -> dict:
+def _env_switches(e: Environment) -> dict[str, Optional[bool]]:
     """The ROCm preshuffle switches, parsed as sglang's readers parse them. dsa_hip_disable_preshuffle is
     None when the variable is unset (0.5.13-0.5.20 then fall back to the NSA name; 0.5.21+ do not)."""
     v = e.variables
