@@ -88,6 +88,14 @@ def triton_equals_torch(rt, torch):
         if not torch.equal(rt.transform_index_page_table_decode(pt[:rows], d_topk, p, impl="triton"),
                            rt.transform_index_page_table_decode(pt[:rows], d_topk, p, impl="torch")):
             mismatches.append(("decode", rows, k, p, str(dt)))
+        # decode into a preallocated out: the fast path (launch_decode), small and >= 512 rows
+        for reps in (1, 3):
+            tk, tab = d_topk.repeat(reps, 1), pt[:rows].repeat(reps, 1)
+            got = torch.full(tk.shape, -9, dtype=torch.int32, device="cuda")
+            cases += 1
+            if not torch.equal(rt.transform_index_page_table_decode(tab, tk, p, got, impl="triton"),
+                               rt.transform_index_page_table_decode(tab, tk, p, impl="torch")):
+                mismatches.append(("decode_out", rows * reps, k, p, str(dt)))
     record("triton_transforms_equal_torch", not mismatches, cases=cases, mismatches=mismatches)
 
 

@@ -120,6 +120,33 @@ def _transform_kernel_addr(
                     num_reqs, K, row_len, RAGGED, PAGE_SIZE, BLOCK, VECTOR_BLOCK, SEARCH_STEPS)
 
 
+# Decode (one page-table row per top-k row) with contiguous top-k and output rows: the row stride
+# is K (a constexpr), so the kernel takes five runtime arguments, as sglang 0.5.23's decode kernel
+# does; pt_stride and row_len are not specialised, so one compiled kernel serves every batch.
+@triton.jit(do_not_specialize=["pt_stride", "row_len"])
+def _decode_kernel_addr(
+    topk_addr, pt_addr, out_addr, pt_stride, row_len,
+    K: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
+    TOPK_I64: tl.constexpr, PT_I64: tl.constexpr,
+):
+    if TOPK_I64:
+        topk_ptr = topk_addr.to(tl.pointer_type(tl.int64))
+    else:
+        topk_ptr = topk_addr.to(tl.pointer_type(tl.int32))
+    if PT_I64:
+        pt_ptr = pt_addr.to(tl.pointer_type(tl.int64))
+    else:
+        pt_ptr = pt_addr.to(tl.pointer_type(tl.int32))
+    out_ptr = out_addr.to(tl.pointer_type(tl.int32))
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_k = cols < K
+    idx = tl.load(topk_ptr + t * K + cols, mask=in_k, other=-1).to(tl.int64)
+    ok = in_k & (idx >= 0) & (idx < row_len)
+    slot, ok = _lookup_slots(pt_ptr, t * pt_stride, idx, ok, PAGE_SIZE)
+    tl.store(out_ptr + t * K + cols, tl.where(ok, slot, -1).to(tl.int32), mask=in_k)
+
+
 @triton.jit
 def _transform_compact_kernel(
     topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
@@ -388,4 +415,57 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
         return out
     compiled.run(num_rows, 1, 1, torch._C._cuda_getCurrentRawStream(dev), compiled.function,
                  compiled.packed_metadata, None, None, None, *args)
+    return out
+
+
+# ---------------------------------------------------------------- decode fast path
+# Host time per eager decode call is what a small decode batch costs (the kernel runs for a few
+# µs). Here: cheap checks, a small key, the compiled kernel launched directly with five runtime
+# arguments. Anything unusual returns None and the caller takes the checked general path.
+_DECODE: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_Tensor = torch.Tensor
+_I32, _I64 = torch.int32, torch.int64
+_raw_stream = torch._C._cuda_getCurrentRawStream
+_runtime_knobs = getattr(_knobs, "runtime", None)
+_I32_MAX = (1 << 31) - 1
+
+
+def launch_decode(page_table, topk_indices, page_size, out):
+    """out[r, j] = slot of topk_indices[r, j] in page_table row r (−1 where unused); or None when
+    the inputs are not the plain case (then nothing was launched)."""
+    if type(page_table) is not _Tensor or type(out) is not _Tensor or type(page_size) is not int:
+        return None
+    shape = topk_indices.shape
+    if len(shape) != 2 or out.shape != shape or page_table.dim() != 2 or page_size < 1:
+        return None
+    rows, k = shape
+    width = page_table.shape[1]
+    if rows == 0 or k == 0 or width == 0 or page_table.shape[0] != rows:
+        return None
+    tdt, pdt = topk_indices.dtype, page_table.dtype
+    if out.dtype is not _I32 or (tdt is not _I32 and tdt is not _I64) or (pdt is not _I32 and pdt is not _I64):
+        return None
+    if not (topk_indices.is_contiguous() and out.is_contiguous()) or page_table.stride(1) != 1:
+        return None
+    dev = topk_indices.get_device()
+    if dev < 0 or page_table.get_device() != dev or out.get_device() != dev:
+        return None
+    pt_stride, row_len = page_table.stride(0), width * page_size
+    if pt_stride > _I32_MAX or row_len > _I32_MAX:
+        return None
+    ta, pa, oa = topk_indices.data_ptr(), page_table.data_ptr(), out.data_ptr()
+    key = (dev, k, page_size, rows >= 512, tdt is _I64, pdt is _I64, not ta & 15, not pa & 15, not oa & 15)
+    entry = _DECODE.get(key)
+    if entry is None or (_runtime_knobs is not None and _runtime_knobs.launch_enter_hook is not None):
+        block, warps = _plain_block(k, rows, False)
+        compiled = _decode_kernel_addr[(rows, (k + block - 1) // block)](
+            ta, pa, oa, pt_stride, row_len, k, page_size, block, tdt is _I64, pdt is _I64,
+            num_warps=warps)
+        # the key holds what Triton specialises on: dtypes, each address divisible by 16 or not
+        _DECODE[key] = (compiled.run, compiled.function, compiled.packed_metadata,
+                        (k + block - 1) // block, k, page_size, block, tdt is _I64, pdt is _I64)
+        return out
+    run, function, meta, gy, k_, ps, block, t64, p64 = entry
+    run(rows, gy, 1, _raw_stream(dev), function, meta, None, None, None,
+        ta, pa, oa, pt_stride, row_len, k_, ps, block, t64, p64)
     return out

@@ -194,6 +194,15 @@ def _fast_ok(page_table, topk_indices, page_size, out, impl) -> bool:
             and page_table.get_device() == topk_indices.get_device() == out.get_device())
 
 
+@cache
+def _decode_launcher():
+    """The Triton decode fast path, or None where Triton cannot run (imported on first use)."""
+    if not _cuda_with_triton():
+        return None
+    from nsa_policy.runtime import _triton_transforms
+    return _triton_transforms.launch_decode
+
+
 def transform_index_page_table_prefill(
     page_table: torch.Tensor, topk_indices: torch.Tensor, extend_lens: Optional[ExtendLens] = None,
     page_size: int = 1, out: Optional[torch.Tensor] = None, *,
@@ -218,6 +227,11 @@ def transform_index_page_table_decode(
     out: Optional[torch.Tensor] = None, *, impl: str = "auto",
 ) -> torch.Tensor:
     """Decode: row r of topk_indices [R, K] uses row r of page_table [R, W]."""
+    if out is not None and (impl == "auto" or impl == "triton") and type(topk_indices) is _Tensor \
+            and topk_indices.is_cuda:
+        launch = _decode_launcher()
+        if launch is not None and launch(page_table, topk_indices, page_size, out) is not None:
+            return out
     if _fast_ok(page_table, topk_indices, page_size, out, impl) and page_table.shape[0] == topk_indices.shape[0]:
         from nsa_policy.runtime import _triton_transforms
         return _triton_transforms.launch_transform(page_table, topk_indices, None, page_size, out)
