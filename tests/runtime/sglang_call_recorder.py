@@ -14,8 +14,14 @@ What is replaced, exactly (everything else is the wheel's code, run as it is):
   132 and 4096: the counter buffer is scratch, its size is not compared.
 - `transform_index_page_table_decode` / `_prefill` in `dsa_backend`'s namespace (Triton, GPU-only
   in 0.5.23): sglang's own pure-torch references, `sglang/test/kernels/dsa_transform_index.py` of
-  the same wheel (the prefill one without `cu_seqlens_q`, which the reference does not take). sglang 0.5.10 is
-  not run: its backend module imports `sgl_kernel` (CUDA-only) through its import chain.
+  the same wheel (the prefill one without `cu_seqlens_q`, which the reference does not take). 0.5.10's
+  transforms are torch references already and run unchanged.
+- sglang 0.5.10 (`nsa_backend.NativeSparseAttnBackend`): `sgl_kernel` (a CUDA-only wheel its import
+  chain needs) becomes a stand-in whose every name raises if called; SGLANG_NSA_FUSE_TOPK=0 (the
+  unfused branch: the transform runs in `_forward_trtllm`, from its own torch references); bf16
+  only, since its fp8 path always calls flashinfer.rope's CUDA kernel (`mla_quantize_and_rope_for_fp8`)
+  and 0.5.10 has no sm12x path.
+- Both releases: the unfused top-k branch (0.5.23: `use_fused_topk=False`).
 - The backend object: `object.__new__(<the release's DSA backend class>)` with the attributes the
   method reads set by hand (dtype, page size, dims, workspace, metadata) — `__init__` needs a
   model runner. `concat_mla_absorb_q_general` takes sglang's own CPU branch (`torch.cat`), and
@@ -60,31 +66,90 @@ def _install_flashinfer_recorder():
     return fi
 
 
+def _stub_sgl_kernel():
+    """sglang 0.5.10 imports `sgl_kernel` (a CUDA-only wheel) at module level along its import chain,
+    in code this test never calls (quantisation, KV-cache I/O): every `sgl_kernel…` name becomes a
+    stand-in that raises if called."""
+    import importlib.abc
+    import importlib.machinery
+
+    class Unavailable:
+        def __init__(self, name):
+            self._name = name
+
+        def __getattr__(self, attr):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return Unavailable(f"{self._name}.{attr}")
+
+        def __call__(self, *a, **k):
+            raise RuntimeError(f"{self._name}: sgl_kernel stand-in, not available on a CPU side env")
+
+        def __iter__(self):
+            return iter(())
+
+    class Module(types.ModuleType):
+        def __getattr__(self, attr):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return Unavailable(f"{self.__name__}.{attr}")
+
+    class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name == "sgl_kernel" or name.startswith("sgl_kernel."):
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec):
+            module = Module(spec.name)
+            module.__path__ = []
+            return module
+
+        def exec_module(self, module):
+            pass
+
+    sys.meta_path.insert(0, Finder())
+
+
 def main(release: str, out_path: str) -> None:
     warnings.filterwarnings("ignore")
-    if tuple(int(x) for x in release.split(".")[:3]) < (0, 5, 23):
-        # 0.5.10's nsa_backend imports sgl_kernel (a CUDA-only wheel) through its module chain;
-        # a stand-in for it cascades (scalar_types, kvcacheio, ...), so it is not run here.
-        sys.exit(f"release {release}: only sglang >= 0.5.23's dsa_backend imports on a CPU side env")
-    import sglang.srt.layers.attention.dsa_backend as backend_mod
-    import sglang.srt.layers.attention.trtllm_mla_backend as trt_mod
-    from sglang.srt.layers.attention.dsa.utils import compute_dsa_seqlens
-    from sglang.test.kernels import dsa_transform_index as ref
-    cls = backend_mod.DeepseekSparseAttnBackend
+    new = tuple(int(x) for x in release.split(".")[:3]) >= (0, 5, 23)
+    trt_mod = None
+    if new:
+        import sglang.srt.layers.attention.dsa_backend as backend_mod
+        import sglang.srt.layers.attention.trtllm_mla_backend as trt_mod
+        from sglang.srt.layers.attention.dsa.utils import compute_dsa_seqlens
+        from sglang.test.kernels import dsa_transform_index as ref
+        cls = backend_mod.DeepseekSparseAttnBackend
 
-    def prefill_ref(*, cu_seqlens_q=None, **kw):
-        return ref.transform_index_page_table_prefill_ref(**kw)
-    backend_mod.transform_index_page_table_decode = ref.transform_index_page_table_decode_ref
-    backend_mod.transform_index_page_table_prefill = prefill_ref
-    transform_prefill, transform_decode = prefill_ref, ref.transform_index_page_table_decode_ref
+        def prefill_ref(*, cu_seqlens_q=None, **kw):
+            return ref.transform_index_page_table_prefill_ref(**kw)
+        backend_mod.transform_index_page_table_decode = ref.transform_index_page_table_decode_ref
+        backend_mod.transform_index_page_table_prefill = prefill_ref
+        transform_prefill, transform_decode = prefill_ref, ref.transform_index_page_table_decode_ref
+    else:
+        # the unfused branch, as 0.5.23's use_fused_topk=False below: with SGLANG_NSA_FUSE_TOPK on
+        # (0.5.10's default) the indexer's own kernel writes the slots and _forward_trtllm passes
+        # them through, so the transform under test would not run
+        os.environ["SGLANG_NSA_FUSE_TOPK"] = "0"
+        _stub_sgl_kernel()
+        import sglang.srt.layers.attention.nsa_backend as backend_mod
+        cls = backend_mod.NativeSparseAttnBackend
+        transform_prefill = transform_decode = None  # its transforms are torch references already
+
+        def compute_dsa_seqlens(lens, top_k):  # 0.5.10 clamps the same way (nsa/utils.py)
+            return backend_mod.compute_nsa_seqlens(lens, top_k)
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     fi = _install_flashinfer_recorder()
-    trt_mod.flashinfer = fi  # its module-level name (imported only where flashinfer exists)
+    if trt_mod is not None:
+        trt_mod.flashinfer = fi  # its module-level name (imported only where flashinfer exists)
 
     records = []
     for case in C.cases():
         if case.table_page_size != 1:
             continue  # sglang always works on the token table; the adapter's table varies
+        if not new and (case.backend != "trtllm" or case.kv != "bf16"):
+            continue  # 0.5.10: no sm12x path; its fp8 trtllm path always runs flashinfer.rope's CUDA kernel
         b = C.batch(case.phase)
         t = len(b["causal"])
         x = C.tensors(case, t)
@@ -101,6 +166,7 @@ def main(release: str, out_path: str) -> None:
             workspace_buffer=torch.zeros(16, dtype=torch.uint8), device="cpu",
             _multi_ctas_kv_counter_buffer=torch.zeros(4096, dtype=torch.uint8),
             token_to_kv_pool=types.SimpleNamespace(get_key_buffer=lambda layer_id, p=pool: p),
+            nsa_kv_cache_store_fp8=fp8,
             hisparse_coordinator=None, dsa_index_topk=C.TOP_K, nsa_index_topk=C.TOP_K,
         )
         for k, v in attrs.items():
@@ -123,7 +189,7 @@ def main(release: str, out_path: str) -> None:
         object.__setattr__(self, "forward_metadata", metadata)
         forward_batch = types.SimpleNamespace(
             forward_mode=ForwardMode.DECODE if case.phase == "decode" else ForwardMode.EXTEND,
-            positions=None, out_cache_loc=None)
+            positions=None, out_cache_loc=None, token_to_kv_pool=attrs["token_to_kv_pool"])
         CALLS.clear()
         topk = b["topk"].clone()
         if case.backend == "trtllm":
@@ -131,6 +197,8 @@ def main(release: str, out_path: str) -> None:
             k_rope = torch.zeros(t, 1, 64, dtype=torch.bfloat16)
             prefill = case.phase == "prefill"
             seq_arg = metadata.dsa_cache_seqlens_int32 if prefill else metadata.cache_seqlens_int32
+            if not new:  # 0.5.10's prefill call site passes nsa_cache_seqlens_int32 (same clamp)
+                seq_arg = metadata.nsa_cache_seqlens_int32 if prefill else metadata.cache_seqlens_int32
             cls._forward_trtllm(self, x["q_nope"], k, None, layer, forward_batch, seq_arg,
                                 save_kv_cache=False, q_rope=x["q_rope"], k_rope=k_rope,
                                 topk_indices=topk, is_prefill=prefill)

@@ -32,38 +32,50 @@ from . import sglang_diff_cases as C  # noqa: E402
 from .helpers import decision  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
-FIXTURE = HERE / "fixtures" / "sglang_0.5.23_trtllm_calls.json"
-SIGNATURE = json.loads((HERE / "fixtures" / "flashinfer_0.7.4_trtllm_mla_signature.json").read_text())
-DEFAULTS = {p["name"]: p["default"] for p in SIGNATURE["signature"] if p["has_default"]}
+FIXTURES = HERE / "fixtures"
+# release → (its recorded calls, the flashinfer signature the adapter is bound to: the release's pin
+# for 0.5.10, 0.7.4 for 0.5.23's sm12x path)
+RELEASES = {
+    "0.5.23": ("sglang_0.5.23_trtllm_calls.json", "flashinfer_0.7.4_trtllm_mla_signature.json"),
+    "0.5.10": ("sglang_0.5.10_trtllm_calls.json", "flashinfer_0.6.7.post2_trtllm_mla_signature.json"),
+}
 # Scratch buffers: each side allocates its own; only their presence is compared.
 SCRATCH = {"workspace_buffer", "multi_ctas_kv_counter_buffer"}
 
 
-def _signature() -> inspect.Signature:
-    return inspect.Signature([
-        inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                          default=p["default"] if p["has_default"] else inspect.Parameter.empty)
-        for p in SIGNATURE["signature"]])
+def signature_of(release: str) -> dict:
+    return json.loads((FIXTURES / RELEASES[release][1]).read_text())
+
+
+def records_of(release: str) -> dict:
+    data = json.loads((FIXTURES / RELEASES[release][0]).read_text())
+    assert data["sglang"] == release
+    return {r["case"]: r for r in data["records"]}
 
 
 class Recorder:
-    """flashinfer 0.7.4's trtllm_batch_decode_with_kv_cache_mla, recording its keywords."""
+    """flashinfer's trtllm_batch_decode_with_kv_cache_mla (a given release's signature), recording
+    its keywords."""
 
-    def __init__(self):
-        self.__signature__ = _signature()
+    def __init__(self, sig: dict):
+        self.__signature__ = inspect.Signature([
+            inspect.Parameter(p["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              default=p["default"] if p["has_default"] else inspect.Parameter.empty)
+            for p in sig["signature"]])
         self.calls = []
 
     def __call__(self, *args, **kwargs):
-        self.__signature__.bind(*args, **kwargs)   # a keyword 0.7.4 lacks fails here
+        self.__signature__.bind(*args, **kwargs)   # a keyword that release lacks fails here
         self.calls.append(kwargs)
         q = kwargs["query"]
         return torch.zeros(q.shape[0], 1, q.shape[2], 512, dtype=torch.bfloat16)
 
 
-def adapter_call(case: C.Case, **adapter_kw):
+def adapter_call(case: C.Case, release: str = "0.5.23", **adapter_kw):
     """Run the adapter on the case's batch; return its one flashinfer call and the pool."""
-    rec = Recorder()
-    fi = types.SimpleNamespace(__version__=SIGNATURE["version"],
+    sig = signature_of(release)
+    rec = Recorder(sig)
+    fi = types.SimpleNamespace(__version__=sig["version"],
                                decode=types.SimpleNamespace(trtllm_batch_decode_with_kv_cache_mla=rec),
                                mla=types.SimpleNamespace(trtllm_batch_decode_with_kv_cache_mla=rec))
     if case.backend == "trtllm":
@@ -100,16 +112,21 @@ def sglang_record(records: dict, case: C.Case) -> dict:
     return records[C.Case(case.backend, case.phase, case.kv, case.page_size, 1).name]
 
 
-def effective(kwargs: dict, name: str):
-    """A keyword's value as flashinfer sees it: the recorded value, or the signature's default."""
+def effective(kwargs: dict, name: str, sig: dict):
+    """A keyword's value as flashinfer sees it: the recorded value, the signature's default, or
+    absent where that flashinfer has no such parameter."""
     if name in kwargs:
         return kwargs[name]
-    assert name in DEFAULTS, f"{name} omitted but has no default in flashinfer {SIGNATURE['version']}"
-    return {"kind": "scalar", "value": DEFAULTS[name]}
+    params = {p["name"]: p for p in sig["signature"]}
+    if name not in params:
+        return {"kind": "absent"}
+    assert params[name]["has_default"], f"{name} omitted but required by flashinfer {sig['version']}"
+    return {"kind": "scalar", "value": params[name]["default"]}
 
 
-def compare(case: C.Case, ours: dict, pool: torch.Tensor, theirs: dict) -> None:
+def compare(case: C.Case, ours: dict, pool: torch.Tensor, theirs: dict, release: str = "0.5.23") -> None:
     sg = theirs["kwargs"]
+    sig = signature_of(release)
     mine = {k: C.describe(v) for k, v in ours.items()}
     # block tables: bit-identical
     assert mine["block_tables"] == sg["block_tables"], f"{case.name}: block tables differ"
@@ -129,7 +146,7 @@ def compare(case: C.Case, ours: dict, pool: torch.Tensor, theirs: dict) -> None:
     for name in ("bmm1_scale", "bmm2_scale", "backend", "kv_scale_format", "sparse_mla_top_k",
                  "qk_nope_head_dim", "kv_lora_rank", "qk_rope_head_dim",
                  "skip_softmax_threshold_scale_factor", "sparse_mla_top_k_lens"):
-        a, b = effective(mine, name), effective(sg, name)
+        a, b = effective(mine, name, sig), effective(sg, name, sig)
         if case.backend == "flashinfer_sparse_mla" and name == "backend":
             # sglang leaves flashinfer's 'auto'; the adapter names the sm12x kernel it must get
             assert (a["value"], b["value"]) == ("sparse", "auto"), (case.name, a, b)
@@ -144,19 +161,25 @@ def compare(case: C.Case, ours: dict, pool: torch.Tensor, theirs: dict) -> None:
     # sglang passes top-k, the adapter the longest KV length
     want = sg["max_seq_len"]["value"] if case.backend == "trtllm" else max(C.batch(case.phase)["seq_lens"])
     assert mine["max_seq_len"]["value"] == want, case.name
-    extra = set(mine) - set(sg) - set(DEFAULTS)
+    extra = set(mine) - set(sg) - {p["name"] for p in sig["signature"] if p["has_default"]}
     assert not extra, f"{case.name}: the adapter passes {extra}, sglang does not"
 
 
 def _fixture_records() -> dict:
-    data = json.loads(FIXTURE.read_text())
-    return {r["case"]: r for r in data["records"]}
+    return records_of("0.5.23")
 
 
-@pytest.mark.parametrize("case", C.cases(), ids=lambda c: c.name)
-def test_adapter_call_matches_recorded_sglang_0_5_23_call(case):
-    ours, pool = adapter_call(case)
-    compare(case, ours, pool, sglang_record(_fixture_records(), case))
+def _cases(release: str) -> list:
+    recorded = records_of(release)
+    return [(release, c) for c in C.cases()
+            if C.Case(c.backend, c.phase, c.kv, c.page_size, 1).name in recorded]
+
+
+@pytest.mark.parametrize("release,case", _cases("0.5.23") + _cases("0.5.10"),
+                         ids=lambda x: x if isinstance(x, str) else x.name)
+def test_adapter_call_matches_recorded_sglang_call(release, case):
+    ours, pool = adapter_call(case, release)
+    compare(case, ours, pool, sglang_record(records_of(release), case), release)
 
 
 def test_negative_controls_are_caught():
@@ -178,10 +201,12 @@ def test_negative_controls_are_caught():
         compare(case, ours, pool, sglang_record(_fixture_records(), case))
 
 
-def test_fixture_covers_every_sglang_shaped_case():
-    names = set(_fixture_records())
-    assert names == {c.name for c in C.cases() if c.table_page_size == 1}
-    assert json.loads(FIXTURE.read_text())["sglang"] == "0.5.23"
+def test_fixtures_cover_the_cases():
+    assert set(records_of("0.5.23")) == {c.name for c in C.cases() if c.table_page_size == 1}
+    # 0.5.10: trtllm bf16 only (no sm12x path; its fp8 path always runs flashinfer.rope's kernel)
+    assert set(records_of("0.5.10")) == {c.name for c in C.cases() if c.table_page_size == 1
+                                         and c.backend == "trtllm" and c.kv == "bf16"}
+    assert len(_cases("0.5.23")) == 20 and len(_cases("0.5.10")) == 8
 
 
 def _side_env(release: str):
@@ -201,15 +226,16 @@ def _side_env(release: str):
     return env["python"], os.pathsep.join(path)
 
 
-def test_live_sglang_0_5_23_reproduces_the_fixture(tmp_path):
-    python, pythonpath = _side_env("0.5.23")
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_live_sglang_reproduces_the_fixture(release, tmp_path):
+    python, pythonpath = _side_env(release)
     out = tmp_path / "calls.json"
-    proc = subprocess.run([python, "-W", "ignore", str(HERE / "sglang_call_recorder.py"), "0.5.23", str(out)],
+    proc = subprocess.run([python, "-W", "ignore", str(HERE / "sglang_call_recorder.py"), release, str(out)],
                           env={**os.environ, "PYTHONPATH": pythonpath}, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     live = {r["case"]: r for r in json.loads(out.read_text())["records"]}
-    assert live == _fixture_records()
-    for case in C.cases():
-        ours, pool = adapter_call(case)
-        compare(case, ours, pool, sglang_record(live, case))
+    assert live == records_of(release)
+    for _, case in _cases(release):
+        ours, pool = adapter_call(case, release)
+        compare(case, ours, pool, sglang_record(live, case), release)
