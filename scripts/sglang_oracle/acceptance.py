@@ -157,7 +157,7 @@ def plan(scenario: dict[str, Any], release: str, version_param: Optional[str]) -
     return {"argv": list(p.argv), "server_argv": list(p.argv)[len(PREFIXES[scenario["prefix"]]):],
             "env_additions": dict(p.env_additions), "shell_line": p.shell_line(),
             # what launch predicts the release runs instead of the decision (its compat bundle), if it says
-            "engine_overrides": {k: v for k, v in (getattr(p, "engine_overrides", None) or {}).items()},
+            **({"engine_overrides": dict(p.engine_overrides)} if hasattr(p, "engine_overrides") else {}),
             "decision": {"kv_cache_dtype": d.kv_cache_dtype, "prefill_backend": d.prefill_backend,
                          "decode_backend": d.decode_backend, "page_size": d.page_size,
                          "threshold": d.dense_attn_kv_len_threshold, "index_topk": d.index_topk,
@@ -227,7 +227,9 @@ def compare(facts: ReleaseFacts, scenario: dict[str, Any], planned: dict[str, An
             runs = {k: (_norm_kv(started[k]) if k == "kv_cache_dtype" else started[k]) for k in got}
             rec["release_overrides"] = [f"{k}: runs {runs[k]!r}, decision {want[k]!r}" for k in got
                                         if runs[k] != want[k]]
+        if started["ok"] and started["threshold"] == want["threshold"] and "engine_overrides" in planned:
             # launch's own prediction of those (plan.engine_overrides, from the release's compat bundle)
+            runs = {k: (_norm_kv(started[k]) if k == "kv_cache_dtype" else started[k]) for k in got}
             real = {k: runs[k] for k in got if runs[k] != want[k]}
             predicted = {k: (_norm_kv(x) if k == "kv_cache_dtype" else x)
                          for k, x in planned.get("engine_overrides", {}).items() if k in got}
