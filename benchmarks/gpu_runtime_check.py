@@ -61,9 +61,11 @@ def triton_equals_torch(rt, torch):
         cu = torch.zeros(b + 1, dtype=torch.int32, device="cuda")
         cu[1:] = torch.cumsum(ext, 0)
         for fn_name, fn in (
-            ("prefill", lambda impl: rt.transform_index_page_table_prefill(pt, topk, page_size=p, cu_extend_lens=cu, impl=impl)),
-            ("prefill_host_lens", lambda impl: rt.transform_index_page_table_prefill(pt, topk, ext_cpu, p, impl=impl)),
-            ("prefill_compact", lambda impl: torch.cat([y if y.dim() == 2 else y[:, None] for y in
+            ("prefill", lambda impl, pt=pt, topk=topk, p=p, cu=cu: rt.transform_index_page_table_prefill(
+                pt, topk, page_size=p, cu_extend_lens=cu, impl=impl)),
+            ("prefill_host_lens", lambda impl, pt=pt, topk=topk, p=p, ext_cpu=ext_cpu: rt.transform_index_page_table_prefill(
+                pt, topk, ext_cpu, p, impl=impl)),
+            ("prefill_compact", lambda impl, pt=pt, topk=topk, p=p, cu=cu: torch.cat([y if y.dim() == 2 else y[:, None] for y in
                 rt.transform_index_page_table_prefill_compact(pt, topk, page_size=p, cu_extend_lens=cu, impl=impl)], 1)),
         ):
             cases += 1
@@ -131,7 +133,7 @@ def cuda_graph_and_no_sync(rt, torch):
         with torch.cuda.graph(graph):
             step()
     ok = True
-    for trial in range(3):
+    for _trial in range(3):
         topk.copy_(sparse_topk(t, k, width, 0.25, "cuda", gen))
         out.fill_(-7)
         kv_indices.fill_(-7)

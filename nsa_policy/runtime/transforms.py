@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 from functools import cache
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 
@@ -71,7 +71,7 @@ def _check_inputs(page_table: torch.Tensor, topk_indices: torch.Tensor, page_siz
                          f"{topk_indices.device}; both must be on one device")
 
 
-def _check_out(name: str, out: Optional[torch.Tensor], shape: tuple, device: torch.device) -> torch.Tensor:
+def _check_out(name: str, out: Optional[torch.Tensor], shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
     if out is None:
         return torch.empty(shape, dtype=torch.int32, device=device)
     if not isinstance(out, torch.Tensor):
@@ -123,6 +123,7 @@ def _cu_for_prefill(page_table: torch.Tensor, topk_indices: torch.Tensor,
                          "(device tensor of B+1 cumulative offsets)")
     num_requests = page_table.shape[0]
     if cu_extend_lens is None:
+        assert extend_lens is not None  # exactly one of the two is given (checked above)
         return cumulative_extend_lens(extend_lens, num_requests, topk_indices.shape[0],
                                       topk_indices.device)
     if not isinstance(cu_extend_lens, torch.Tensor) or cu_extend_lens.dim() != 1 \
@@ -138,14 +139,16 @@ def _cu_for_prefill(page_table: torch.Tensor, topk_indices: torch.Tensor,
     return cu_extend_lens
 
 
-def _rows_of(page_table, topk_indices, cu) -> tuple[torch.Tensor, torch.Tensor]:
+def _rows_of(page_table: torch.Tensor, topk_indices: torch.Tensor,
+             cu: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     if cu is None:
         rows = torch.arange(topk_indices.shape[0], device=topk_indices.device)
         return rows, torch.ones_like(rows, dtype=torch.bool)
     return _ref.token_requests(cu, topk_indices.shape[0])
 
 
-def _transform(page_table, topk_indices, cu, page_size, out, impl):
+def _transform(page_table: torch.Tensor, topk_indices: torch.Tensor, cu: Optional[torch.Tensor],
+               page_size: int, out: Optional[torch.Tensor], impl: str) -> torch.Tensor:
     out = _check_out("out", out, tuple(topk_indices.shape), topk_indices.device)
     if _resolve_impl(impl, topk_indices.device) == "triton":
         from nsa_policy.runtime import _triton_transforms
@@ -160,7 +163,9 @@ def _check_empty_row_slot(value: Optional[int]) -> None:
         raise ValueError(f"empty_row_slot must be None or a KV slot >= 0, got {value!r}")
 
 
-def _transform_compact(page_table, topk_indices, cu, page_size, out, counts, impl, empty_row_slot=None):
+def _transform_compact(page_table: torch.Tensor, topk_indices: torch.Tensor, cu: Optional[torch.Tensor],
+                       page_size: int, out: Optional[torch.Tensor], counts: Optional[torch.Tensor],
+                       impl: str, empty_row_slot: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
     t = topk_indices.shape[0]
     _check_empty_row_slot(empty_row_slot)
     out = _check_out("out", out, tuple(topk_indices.shape), topk_indices.device)
@@ -181,7 +186,7 @@ def _transform_compact(page_table, topk_indices, cu, page_size, out, counts, imp
 _Tensor = torch.Tensor
 
 
-def _fast_ok(page_table, topk_indices, page_size, out, impl) -> bool:
+def _fast_ok(page_table: object, topk_indices: object, page_size: object, out: object, impl: str) -> bool:
     """The common eager call (CUDA tensors, preallocated out, triton) passes these cheap checks
     and launches at once; anything else takes the checked path, which names what is wrong."""
     return (type(out) is _Tensor and type(topk_indices) is _Tensor and type(page_table) is _Tensor
@@ -195,7 +200,7 @@ def _fast_ok(page_table, topk_indices, page_size, out, impl) -> bool:
 
 
 @cache
-def _decode_launcher():
+def _decode_launcher() -> Optional[Callable[..., Optional[torch.Tensor]]]:
     """The Triton decode fast path, or None where Triton cannot run (imported on first use)."""
     if not _cuda_with_triton():
         return None
@@ -212,7 +217,8 @@ def transform_index_page_table_prefill(
     tokens laid out request by request. Give `extend_lens` (B lengths, host list or device
     tensor) or, for a single launch with no copy, `cu_extend_lens` (device tensor, B+1 offsets).
     Returns [T, K] int32 slots, −1 where unused or out of range."""
-    if (extend_lens is None and type(cu_extend_lens) is _Tensor and _fast_ok(page_table, topk_indices, page_size, out, impl)
+    if (extend_lens is None and type(cu_extend_lens) is _Tensor and out is not None
+            and _fast_ok(page_table, topk_indices, page_size, out, impl)
             and cu_extend_lens.dim() == 1 and cu_extend_lens.shape[0] == page_table.shape[0] + 1
             and cu_extend_lens.dtype in _INDEX_DTYPES and cu_extend_lens.get_device() == out.get_device()):
         from nsa_policy.runtime import _triton_transforms
@@ -232,7 +238,8 @@ def transform_index_page_table_decode(
         launch = _decode_launcher()
         if launch is not None and launch(page_table, topk_indices, page_size, out) is not None:
             return out
-    if _fast_ok(page_table, topk_indices, page_size, out, impl) and page_table.shape[0] == topk_indices.shape[0]:
+    if out is not None and _fast_ok(page_table, topk_indices, page_size, out, impl) \
+            and page_table.shape[0] == topk_indices.shape[0]:
         from nsa_policy.runtime import _triton_transforms
         return _triton_transforms.launch_transform(page_table, topk_indices, None, page_size, out)
     _check_inputs(page_table, topk_indices, page_size)
