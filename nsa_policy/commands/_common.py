@@ -18,7 +18,7 @@ EXIT_CODES_HELP = "Exit codes: 0 resolved or clean; 1 rejected by the policy or 
 def fail_usage(exc: Exception, as_json: bool = False) -> typer.Exit:
     """Bad input: one clear line on stderr (and a JSON error object with --json); exit 2. Never a traceback."""
     if as_json:
-        err = {"message": str(exc), "kind": type(exc).__name__}
+        err: dict[str, object] = {"message": str(exc), "kind": type(exc).__name__}
         if isinstance(exc, InputError):
             value = exc.value if isinstance(exc.value, (str, int, float, bool, type(None))) else str(exc.value)
             err.update(field=exc.field, value=value, valid=exc.valid, suggestion=exc.suggestion)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 
 
 def lint(
-    paths: Optional[List[str]] = typer.Argument(None, help="Files or folders to lint (default: .)."),
+    paths: Optional[list[str]] = typer.Argument(None, help="Files or folders to lint (default: .)."),
     device: Optional[str] = typer.Option(None, "--device", help="Device for every launch (overrides what files say): "
                                                                  "catalog name (h200, b200…) or capability spec (sm90…)."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Bundle the launches are checked against (default: "
@@ -25,7 +25,7 @@ def lint(
     fmt: str = typer.Option("text", "--format", help="text, json, github or sarif."),
     fail_level: str = typer.Option("error", "--fail-level", help="Exit 1 when a finding is at or above: error, warning, info."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (unreadable input still exits 2)."),
-    exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="gitignore-style pattern to skip (repeatable)."),
+    exclude: Optional[list[str]] = typer.Option(None, "--exclude", help="gitignore-style pattern to skip (repeatable)."),
     no_gitignore: bool = typer.Option(False, "--no-gitignore", help="Do not read .gitignore files."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
 ) -> None:
@@ -51,13 +51,13 @@ def lint(
         if output:
             check_output_path(output, field="--output", inputs=report.paths)
     except NsaPolicyError as exc:
-        raise fail_usage(exc, as_json)
+        raise fail_usage(exc, as_json) from None
     text = RENDERERS[fmt](report)
     if output:
         try:
             write_atomic(output, text + "\n", field="--output")
         except NsaPolicyError as exc:
-            raise fail_usage(exc, as_json)
+            raise fail_usage(exc, as_json) from None
     else:
         print(text)
     if report.unreadable:
@@ -87,7 +87,7 @@ def rule(
     try:
         doc = reg.get(code)
     except NsaPolicyError as exc:
-        raise fail_usage(exc, as_json)
+        raise fail_usage(exc, as_json) from None
     code = code.upper()
     if as_json:
         print(json.dumps({"code": code, **doc.model_dump()}))

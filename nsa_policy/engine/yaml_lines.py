@@ -12,16 +12,16 @@ from nsa_policy.safe_io import UnsafeInput, check_yaml_text, read_text
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class LineDict(dict):
+class LineDict(dict[Any, Any]):
     """A mapping that knows the line it starts on and the line of each key."""
 
     line: int = 0
-    key_lines: dict
+    key_lines: dict[Any, int]
 
 
-class LineList(list):
+class LineList(list[Any]):
     line: int = 0
-    item_lines: list
+    item_lines: list[int]
 
 
 class _Loader(_Base):  # type: ignore[misc, valid-type]
@@ -72,7 +72,7 @@ def load_yaml(path: Path) -> Any:
     except UnsafeInput as exc:
         where = str(exc.value)  # "path:line" for a bad byte, else the path
         name, _, line = where.rpartition(":") if where.rpartition(":")[2].isdigit() else (where, "", "")
-        raise RuleFileError(name or str(path), int(line) if line else None, exc.hint) from None
+        raise RuleFileError(name or str(path), int(line) if line else None, exc.hint or str(exc)) from None
     try:
         loader = _Loader(text)
         loader.name = str(path)

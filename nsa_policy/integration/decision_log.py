@@ -17,15 +17,15 @@ import stat
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Optional, Union
+from typing import Any, Final, Iterator, Literal, Mapping, Optional, Union
 
 from pydantic import Field, ValidationError
 
 from nsa_policy.engine.decision import Decision
-from nsa_policy.errors import InputError
 from nsa_policy.engine.facts import Frozen
+from nsa_policy.errors import InputError
 
-LOG_FORMAT = "nsa-policy-decision-log/1"
+LOG_FORMAT: Final = "nsa-policy-decision-log/1"
 
 
 class DecisionLogEntry(Frozen):
@@ -58,7 +58,7 @@ class DecisionLogError(InputError):
     """The decision was made but could not be logged (the CLI prints it, then exits 3)."""
 
 
-def check_log_path(path: Union[str, os.PathLike]) -> None:
+def check_log_path(path: Union[str, os.PathLike[str]]) -> None:
     """Before any work: the log must be a regular file, or a new one in a writable folder."""
     name = os.fspath(path)
     try:
@@ -78,7 +78,7 @@ def check_log_path(path: Union[str, os.PathLike]) -> None:
         raise InputError("--log-decisions", name, hint="not writable")
 
 
-def append_entry(path: Union[str, os.PathLike], entry: DecisionLogEntry) -> None:
+def append_entry(path: Union[str, os.PathLike[str]], entry: DecisionLogEntry) -> None:
     """One O_APPEND write per line, so concurrent writers never interleave inside a line."""
     line = (entry.model_dump_json() + "\n").encode()
     name = os.fspath(path)
@@ -99,7 +99,7 @@ def append_entry(path: Union[str, os.PathLike], entry: DecisionLogEntry) -> None
         os.close(fd)
 
 
-def append_decision(path: Union[str, os.PathLike], decision: Decision, *, origin: str = "library",
+def append_decision(path: Union[str, os.PathLike[str]], decision: Decision, *, origin: str = "library",
                     context: Optional[Mapping[str, Any]] = None, include_trace: bool = True) -> DecisionLogEntry:
     """Append one line for `decision` to the log at `path` (created if missing); returns the entry."""
     entry = make_entry(decision, origin=origin, context=context, include_trace=include_trace)
@@ -116,7 +116,7 @@ def parse_entry(line: str, where: str = "decision log") -> DecisionLogEntry:
         raise InputError(where, loc, hint=f"not a decision-log line ({LOG_FORMAT}): {err['msg']} at {loc}") from None
 
 
-def iter_decision_log(path: Union[str, os.PathLike]) -> Iterator[DecisionLogEntry]:
+def iter_decision_log(path: Union[str, os.PathLike[str]]) -> Iterator[DecisionLogEntry]:
     """Entries in file order; a malformed line is an error naming file:line (blank lines are skipped)."""
     from nsa_policy.safe_io import read_text
 
@@ -127,7 +127,7 @@ def iter_decision_log(path: Union[str, os.PathLike]) -> Iterator[DecisionLogEntr
             yield parse_entry(line, f"{os.fspath(path)}:{number}")
 
 
-def read_decision_log(path: Union[str, os.PathLike]) -> list[DecisionLogEntry]:
+def read_decision_log(path: Union[str, os.PathLike[str]]) -> list[DecisionLogEntry]:
     return list(iter_decision_log(path))
 
 
@@ -141,7 +141,7 @@ class DecisionLogHandler(logging.Handler):
         logging.getLogger("nsa_policy").addHandler(DecisionLogHandler("/var/log/nsa-decisions.jsonl"))
     """
 
-    def __init__(self, path: Union[str, os.PathLike], *, include_trace: bool = True, level: int = logging.NOTSET):
+    def __init__(self, path: Union[str, os.PathLike[str]], *, include_trace: bool = True, level: int = logging.NOTSET):
         super().__init__(level)
         self.path = Path(path)
         self.include_trace = include_trace

@@ -8,12 +8,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from nsa_policy.lint.launch_checks import Checker, LintOptions
 from nsa_policy.lint.discover import iter_files
 from nsa_policy.lint.envfile import EnvSyntaxError, read_env_file, scan_env
 from nsa_policy.lint.extract_dockerfile import scan_dockerfile
 from nsa_policy.lint.extract_shell import scan_shell
 from nsa_policy.lint.extract_structured import Structured
+from nsa_policy.lint.launch_checks import Checker, LintOptions
 from nsa_policy.lint.report import Diagnostic, FileScan, Hint, Location
 from nsa_policy.lint.text import LineIndex, comment_hints
 from nsa_policy.lint.tree import ParseError, json_document, toml_document, yaml_documents
@@ -68,7 +68,7 @@ def lint_paths(paths: list[str], opts: Optional[LintOptions] = None, excludes: t
     return report
 
 
-def _unreadable(path: str, report: "LintReport", message: str) -> FileScan:
+def _unreadable(path: str, report: LintReport, message: str) -> FileScan:
     report.unreadable.append(path)
     scan = _unparsable(path, message)
     scan.unreadable = True
@@ -102,7 +102,7 @@ def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
     try:
         data = read_bytes(path, field="path")  # regular files only, size-capped; a FIFO never blocks
     except UnsafeInput as exc:
-        return _unreadable(path, report, exc.hint)
+        return _unreadable(path, report, exc.hint or str(exc))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

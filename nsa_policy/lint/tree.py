@@ -12,9 +12,8 @@ from typing import Any, Iterator, Optional
 
 import yaml
 
-from nsa_policy.safe_io import MAX_DEPTH, UnsafeInput, check_yaml_text, load_toml_text
-
 from nsa_policy.lint.text import LineIndex
+from nsa_policy.safe_io import MAX_DEPTH, UnsafeInput, check_yaml_text, load_toml_text
 
 
 class ParseError(Exception):
@@ -29,21 +28,21 @@ class N:
     line: int
     col: int
     value: Any = None  # scalars: the typed value
-    pairs: list[tuple["N", "N"]] = field(default_factory=list)
-    items: list["N"] = field(default_factory=list)
+    pairs: list[tuple[N, N]] = field(default_factory=list)
+    items: list[N] = field(default_factory=list)
     start: int = -1  # absolute offsets of a scalar's source text, when known
     end: int = -1
     style: Optional[str] = None  # YAML scalar style: None plain, ' " | >
 
-    def get(self, key: str) -> Optional["N"]:
+    def get(self, key: str) -> Optional[N]:
         for k, v in self.pairs:
             if k.value == key:
                 return v
         return None
 
-    def walk(self) -> Iterator["N"]:
+    def walk(self) -> Iterator[N]:
         yield self
-        for k, v in self.pairs:
+        for _key, v in self.pairs:
             yield from v.walk()
         for it in self.items:
             yield from it.walk()
@@ -144,7 +143,8 @@ class _Json:
         return ParseError(f"not valid JSON: {msg}", loc.line, loc.col)
 
     def ws(self) -> None:
-        self.i = _WS.match(self.t, self.i).end()
+        m = _WS.match(self.t, self.i)  # \s* always matches
+        self.i = m.end() if m else self.i
 
     def value(self) -> N:
         self.ws()
@@ -242,7 +242,7 @@ def _toml_module():
         import tomllib  # Python 3.11+
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib
         except ModuleNotFoundError:
             raise ParseError("reading TOML needs Python 3.11+ (tomllib) or the tomli package") from None
     return tomllib
@@ -297,7 +297,7 @@ def _from_toml(value: Any, path: tuple[str, ...], where: dict, text: str, index:
         return node
     if voff >= 0:
         m = _WS.match(text, voff)
-        voff = m.end()
+        voff = m.end() if m else voff
         l2 = index.loc("", voff)
         line, col = l2.line, l2.col
     node = N("scalar", line, col, value=value)

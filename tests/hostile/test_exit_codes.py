@@ -58,8 +58,9 @@ def test_unusable_log_path_is_refused_before_work(tmp_path):
 
 
 def test_every_command_help_states_the_exit_codes():
-    from nsa_policy.cli import app as typer_app
     import typer
+
+    from nsa_policy.cli import app as typer_app
 
     group = typer.main.get_command(typer_app)
     for name in group.list_commands(None):  # type: ignore[arg-type]

@@ -9,8 +9,16 @@ import pytest
 
 from nsa_policy import safe_io
 from nsa_policy.errors import InputError
-from nsa_policy.safe_io import (MAX_DEPTH, UnsafeInput, check_output_path, load_json_text, load_toml_text,
-                                load_yaml_text, read_text, write_atomic)
+from nsa_policy.safe_io import (
+    MAX_DEPTH,
+    UnsafeInput,
+    check_output_path,
+    load_json_text,
+    load_toml_text,
+    load_yaml_text,
+    read_text,
+    write_atomic,
+)
 
 
 def alias_bomb(levels: int = 9, width: int = 9) -> str:
