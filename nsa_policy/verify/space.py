@@ -50,6 +50,7 @@ class Value:
     device: Optional[str] = None
     model: Optional[str] = None  # catalog id
     arch: Optional[tuple[str, Optional[int], Optional[int]]] = None  # (architecture, index_topk, heads)
+    model_extra: tuple[tuple[str, Any], ...] = ()  # more config.json keys with `arch` (learnable_sink, index_kpool, …)
     covers: tuple[str, ...] = ()  # device classes this representative stands for (itself first)
 
 
@@ -130,6 +131,7 @@ class Point:
                     model["index_topk"] = topk
                 if heads is not None:
                     model["num_attention_heads"] = heads
+                model.update(v.model_extra)
             config.update(v.config)
             env.update(v.env)
             packages.update(v.packages)
@@ -331,6 +333,8 @@ def _thresholds(topk: int) -> tuple[Value, ...]:
         _cfg(f"{topk * 2} (flag)", dense_attn_kv_len_threshold=topk * 2),
         _cfg("131072 (flag)", dense_attn_kv_len_threshold=131072),
         Value(label="131072 (env)", env=((env_var, "131072"),)),
+        # the DSA name alone: sglang up to 0.5.12 does not read it, 0.5.13+ read only it (SGLANG-RELEASES.md §3.3)
+        Value(label="131072 (DSA env)", env=((THRESHOLD_ENV_VARS[1], "131072"),)),
     )
 
 
@@ -342,6 +346,33 @@ EXTRAS = (
          enable_dp_attention=True),
     Value(label="flashinfer-python 0.6.7", packages=(("flashinfer-python", "0.6.7"),)),
     Value(label="flashinfer-python 0.6.14", packages=(("flashinfer-python", "0.6.14"),)),
+    # ROCm page size from sglang 0.5.12: 64 when aiter's preshuffle paged-MQA path is usable
+    Value(label="aiter preshuffle (SGLANG_USE_AITER=1, triton 3.6.0)", env=(("SGLANG_USE_AITER", "1"),),
+          packages=(("triton", "3.6.0"),)),
+)
+
+
+# Model variants and serving options the later sglang releases read (SGLANG-RELEASES.md §4): attention
+# sinks (HYV4), pooled index pages, top-k sharing, a NextN draft architecture as the main model; decode and
+# prefill context parallel, two-batch overlap.
+def _model_variants(topk: int) -> tuple[Value, ...]:
+    return (
+        Value(label="HYV4ForCausalLM (learnable_sink)", arch=("HYV4ForCausalLM", topk, None),
+              model_extra=(("learnable_sink", True),)),
+        Value(label="DeepseekV3ForCausalLM (index_kpool 2)", arch=("DeepseekV3ForCausalLM", topk, None),
+              model_extra=(("index_kpool", 2),)),
+        Value(label="DeepseekV3ForCausalLM (index_topk_freq 2)", arch=("DeepseekV3ForCausalLM", topk, None),
+              model_extra=(("index_topk_freq", 2),)),
+        Value(label="DeepseekV3ForCausalLMNextN", arch=("DeepseekV3ForCausalLMNextN", topk, None)),
+    )
+
+
+SERVING_VARIANTS = (
+    _cfg("default"),
+    _cfg("dcp_size 2", dcp_size=2),
+    _cfg("dcp_size 2, HiSparse", dcp_size=2, enable_hisparse=True, disable_radix_cache=True),
+    _cfg("prefill context parallel", enable_prefill_cp=True),
+    _cfg("two-batch overlap", enable_two_batch_overlap=True),
 )
 
 
@@ -379,6 +410,8 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
             Value(label=f"{arch} (topk {topk}, heads not given)", arch=(arch, topk, None))
             for _, arch in uncatalogued_families(catalog)), counts_for_size=False), kv3,
             side("prefill", all_choices), side("decode", all_choices)))] if uncatalogued_families(catalog) else []),
+        Block("variants", (device, Dim("model", _model_variants(topk), counts_for_size=False), kv3,
+                           side("prefill", all_choices), Dim("serving", SERVING_VARIANTS))),
         Block("not_dsa", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                       counts_for_size=False),
                           Dim("kv_cache_dtype", (kv4.values[0], kv4.values[3])),
@@ -428,7 +461,7 @@ class FactsBuilder:
             device = v.device or device
             if v.model or v.arch:
                 model = v.model or {"architectures": [v.arch[0]], **({"index_topk": v.arch[1]} if v.arch[1] else {}),
-                                    **({"num_attention_heads": v.arch[2]} if v.arch[2] else {})}
+                                    **({"num_attention_heads": v.arch[2]} if v.arch[2] else {}), **dict(v.model_extra)}
         cfg, environment = self._settings(point)
         mdl = self.model(model)
         dkey = (id(mdl), id(cfg))
