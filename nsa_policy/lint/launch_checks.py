@@ -7,14 +7,15 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from nsa_policy.api import build_facts, decide
-from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles
-from nsa_policy.catalog.store import Catalog, load_catalog, version_ge
 from nsa_policy.catalog.codes import load_codes
+from nsa_policy.catalog.store import Catalog, load_catalog
+from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles
 from nsa_policy.engine.decision import Finding
-from nsa_policy.errors import InputError, closest
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts
+from nsa_policy.errors import InputError, closest
 from nsa_policy.lint.flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
 from nsa_policy.lint.report import Arg, Diagnostic, Hint, Launch, Location
+from nsa_policy.versions import parse_version
 
 # A launch names the machine through its device; the packages installed are the machine's too.
 _MACHINE_INPUTS = frozenset({"device", "packages"})
@@ -50,6 +51,17 @@ class LintOptions:
     policy: str = "default"
     # --policy given on the command line: a file's `nsa-policy: policy=` hint cannot replace it.
     policy_explicit: bool = False
+    # --sglang-version: the release every launch targets (overrides what files say)
+    sglang_version: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """The sglang release a launch targets, and how lint inferred it (said in every release finding)."""
+
+    version: str  # as written
+    release: str  # as the registry compares it (the nearest known release outside its span)
+    why: str  # "sglang 0.5.23 from image tag lmsysorg/sglang:v0.5.23-cu129 at line 3"
 
 
 class Checker:
@@ -61,7 +73,10 @@ class Checker:
         self.bundle: CompiledBundle = get_bundle(opts.policy)  # InputError: usage error
         self._models: dict[str, Optional[ModelFacts]] = {}
         self._devices_seen: dict[str, Optional[DeviceFacts]] = {}
+        self._listed: dict[str, frozenset[str]] = {}
         self.cli_device: Optional[DeviceFacts] = self.catalog.device(opts.device, "--device") if opts.device else None
+        if opts.sglang_version is not None:
+            parse_version(opts.sglang_version, field="--sglang-version")  # InputError: usage error
 
     def diag(self, code: str, message: str, loc: Location, *, alternatives=(), rule=None, fix=None) -> Diagnostic:
         doc = self.codes.codes[code]
@@ -71,7 +86,10 @@ class Checker:
     def check(self, launch: Launch) -> list[Diagnostic]:
         out: list[Diagnostic] = []
         policy = self._policy(launch, out)
-        newer = self._targets_dsa_spelling(launch)
+        target = self._target(launch, out)
+        # The old-spelling note (NSA402) is for files whose release is not known; a known release gets
+        # the release's own verdict on each spelling (NSA410/NSA412).
+        newer = None if target else self._targets_dsa_spelling(launch)
         by_field: dict[str, list[Arg]] = {}
         by_canonical: dict[str, list[tuple[Arg, FlagInfo]]] = {}
         for arg in launch.args:
@@ -89,10 +107,12 @@ class Checker:
                 out.append(self.diag("NSA402", f"{arg.spelling} is the old NSA spelling; this file targets sglang "
                                                f">= {self.reg.dsa_spelling_since} ({newer}), which spells it {shown}",
                                      arg.loc, alternatives=(shown,), fix=f"Use {shown}."))
+            if target:
+                out += self._release_spelling(arg, target)
             by_canonical.setdefault(info.canonical, []).append((arg, info))
             if info.field:
                 by_field.setdefault(info.field, []).append(arg)
-        for canonical, seen in by_canonical.items():
+        for seen in by_canonical.values():
             first = seen[0][0]
             for arg, _ in seen[1:]:
                 if _norm(arg.value) != _norm(first.value):
@@ -102,7 +122,7 @@ class Checker:
                         fix=(f"Keep one: remove line {first.loc.line} or line {arg.loc.line}." if first.loc.line != arg.loc.line
                              else f"Keep one of the two on line {arg.loc.line}.")))
         config = self._config(by_field, out)
-        env = self._env(launch, newer, out)
+        env = self._env(launch, newer, target, out)
         model = self._model(launch, by_field, out, policy)
         devices = self._devices(launch, out)
         if not devices:
@@ -136,12 +156,91 @@ class Checker:
             policy = h.value
         return policy
 
+    def _target(self, launch: Launch, out: list) -> Optional[Target]:
+        """The release this launch targets: --sglang-version, else a hint comment, an image tag, a pin."""
+        args = self.reg.args
+        if self.opts.sglang_version is not None:
+            found: Optional[tuple[str, str, Optional[Location]]] = (self.opts.sglang_version, "--sglang-version", None)
+        else:
+            found = None
+            # an explicit hint first, then what the file installs (image tag, pin), in file order
+            for h in sorted((h for h in launch.hints if h.key == "sglang"), key=lambda h: h.source != "comment"):
+                try:
+                    parse_version(h.value, field="sglang")
+                except InputError:
+                    out.append(self.diag("NSA407", f"{h.source}: sglang {h.value!r} is not a release number "
+                                                   f"(e.g. sglang={args.newest})", h.loc))
+                    continue
+                source = "hint comment 'nsa-policy: sglang=" + h.value + "'" if h.source == "comment" else h.source
+                found = (h.value, f"{source} at line {h.loc.line}", h.loc)
+                break
+        if found is None:
+            return None
+        version, source, loc = found
+        t = args.target(version, source)
+        release = str(args._rel(t.version))
+        target = Target(version, release, f"sglang {version} from {source}")
+        if not t.known:
+            out.append(self.diag("NSA414", f"{t.note} [{target.why}]", loc or launch.loc))
+        return target
+
+    def _release_spelling(self, arg: Arg, target: Target) -> list[Diagnostic]:
+        """The release's verdict on one spelling (refused, deprecated) and on its value (a listed choice)."""
+        args = self.reg.args
+        hit = args.lookup(arg.spelling)
+        if hit is None:
+            return []
+        a, sp = hit
+        status = sp.status(args._rel(target.release))
+        if status == "nsa-policy" and any(other.flag.startswith(sp.flag) and other.status(args._rel(target.release))
+                                          in ("canonical", "deprecated") for other in a.spellings):
+            status = "canonical"  # argparse takes an unambiguous prefix: --tp for --tp-size
+        use = args.spelling_for(a.name, target.release)
+        shown = (use if arg.style == "flag" else _like(use[2:], arg.spelling)) if use else None
+        alts = (shown,) if shown else ()
+        found: list[Diagnostic] = []
+        if status in ("removed", "not-yet", "nsa-policy"):
+            if status == "removed":
+                why = f"sglang {sp.last} was the last release to accept it"
+            elif status == "not-yet":
+                why = f"first accepted in sglang {sp.first}"
+            else:
+                why = "it is nsa-policy's own spelling, no sglang release has it"
+            instead = f"; use {shown}" if shown else ""
+            var = args.env_var_read(a.name, target.release)
+            if not shown and var:
+                instead = f"; sglang reads it from the environment variable {var}"
+                alts = (var,)
+            found.append(self.diag("NSA410", f"{arg.spelling} is refused by {target.why} ({why}): the server will "
+                                             f"not start (unrecognized arguments){instead}", arg.loc,
+                                   alternatives=alts, fix=f"Use {alts[0]}." if alts else None))
+            return found
+        if status == "deprecated":
+            instead = f"use {shown}" if shown else a.help
+            found.append(self.diag("NSA412", f"{arg.spelling} is a deprecated alias in {target.why} (deprecated since "
+                                             f"sglang {sp.deprecated}; a later release removes it); {instead}",
+                                   arg.loc, alternatives=alts, fix=f"Use {shown}." if shown else None))
+        listed = sp.choices if sp.choices is not None else args.choices(a.name, target.release)
+        value = arg.value
+        if listed is not None and isinstance(value, str) and not arg.unresolved and value not in listed \
+                and value in self._ever_listed(a.name):
+            found.append(self.diag("NSA413", f"{arg.spelling} {value!r}: {target.why} does not list it (the parser "
+                                             f"refuses it: invalid choice); it lists {', '.join(listed)}", arg.loc,
+                                   alternatives=listed))
+        return found
+
+    def _ever_listed(self, name: str) -> frozenset[str]:
+        """Every value some known release lists for the argument: a value none lists is the policy's finding."""
+        if name not in self._listed:
+            args = self.reg.args
+            a = args.argument(name)
+            values = {v for rel in args.releases for v in (args.choices(name, rel) or ())}
+            values |= {v for sp in a.spellings for v in (sp.choices or ())}
+            self._listed[name] = frozenset(values)
+        return self._listed[name]
+
     def _targets_dsa_spelling(self, launch: Launch) -> Optional[str]:
-        """Why this launch targets an sglang that spells DSA flags --dsa-* (None when it does not)."""
-        since = self.reg.dsa_spelling_since
-        for h in launch.hints:
-            if h.key == "sglang" and version_ge(h.value, since):
-                return f"sglang {h.value} from {h.source} at line {h.loc.line}"
+        """Why a launch whose release is not known targets an sglang that spells DSA flags --dsa-* (None when it does not)."""
         for h in launch.hints:
             if h.key == "dsa-spelling":
                 return f"{h.value} at line {h.loc.line}"
@@ -177,13 +276,23 @@ class Checker:
                 del config[field]
         return config
 
-    def _env(self, launch: Launch, newer: Optional[str], out: list) -> dict[str, str]:
+    def _env(self, launch: Launch, newer: Optional[str], target: Optional[Target], out: list) -> dict[str, str]:
         from nsa_policy.inputs import environment_from
 
         env: dict[str, str] = {}
+        ignored = self._ignored_vars(target) if target else {}
         for name in THRESHOLD_ENV_VARS:
             ev = launch.env.get(name)
             if ev is None:
+                continue
+            if name in ignored:
+                # The release never reads it: the policy sees the launch as if it were absent.
+                why, read = ignored[name]
+                assert target is not None
+                instead = f"; set {read} instead" if read else ""
+                out.append(self.diag("NSA411", f"{name} is ignored by {target.why} ({why}): the release uses its "
+                                               f"own default{instead}", ev.loc,
+                                     alternatives=(read,) if read else (), fix=f"Use {read}." if read else None))
                 continue
             if newer and name in self.reg.deprecated:
                 new = self.reg.deprecated[name]
@@ -204,6 +313,17 @@ class Checker:
                 out.append(self.diag("NSA406", f"{name}={env[name]!r} is not valid: {exc.reason}", launch.env[name].loc))
                 del env[name]
         return env
+
+    def _ignored_vars(self, target: Target) -> dict[str, tuple[str, Optional[str]]]:
+        """Variable → (why the release ignores it, the variable it reads for the same argument)."""
+        args = self.reg.args
+        out: dict[str, tuple[str, Optional[str]]] = {}
+        for a in args.arguments.values():
+            if a.env:
+                read = args.env_var_read(a.name, target.release)
+                for var, why in args.env_vars_ignored(a.name, target.release).items():
+                    out[var] = (why, read)
+        return out
 
     def _model(self, launch: Launch, by_field: dict, out: list, policy: str) -> Optional[ModelFacts]:
         candidates: list[tuple[str, Location, str]] = []

@@ -9,8 +9,11 @@ from nsa_policy.lint.report import Hint, Location
 HINT_KEYS = ("device", "model", "policy", "sglang")
 _HINT = re.compile(r"#[^\n]*?nsa-policy:[ \t]*([^\n]*)")  # in a comment only: values in data are read per document
 _PAIR = re.compile(r"([A-Za-z_-]+)\s*=\s*([^\s,;'\"]+)")
-_IMAGE = re.compile(r"sglang:v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)")
-_PIN = re.compile(r"\bsglang(?:\[[^\]]*\])?==(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)")
+# The release a file targets: an sglang image tag (lmsysorg/sglang:v0.5.23-cu129 in a Dockerfile FROM,
+# a Kubernetes/compose `image:`), or a pin (sglang==0.5.23 in a requirements file or a `pip install`).
+_VERSION = r"(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)"
+_IMAGE = re.compile(r"(?<![\w.:/-])((?:[\w.-]+(?::\d+)?/)*sglang):v?" + _VERSION + r"(?![\w.])([\w.-]*)")
+_PIN = re.compile(r"(?<![\w.-])sglang(?:\[[^\]\n]*\])?[ \t]*==[ \t]*" + _VERSION + r"(?![\w.+])")
 
 
 class LineIndex:
@@ -50,7 +53,9 @@ def comment_hints(text: str, index: LineIndex, path: str) -> tuple[list[Hint], l
                 else:
                     bad.append((key, value, loc))
     if "sglang" in text:
-        for rx, source in ((_IMAGE, "image tag"), (_PIN, "pip pin")):
-            for m in rx.finditer(text):
-                hints.append(Hint("sglang", m.group(1), index.loc(path, m.start()), source))
+        for m in _IMAGE.finditer(text):
+            tag = m.group(1) + ":" + text[m.end(1) + 1:m.end()]
+            hints.append(Hint("sglang", m.group(2), index.loc(path, m.start()), f"image tag {tag}"))
+        for m in _PIN.finditer(text):
+            hints.append(Hint("sglang", m.group(1), index.loc(path, m.start()), f"pin sglang=={m.group(1)}"))
     return hints, bad

@@ -101,7 +101,8 @@ def test_every_device_of_an_affinity_is_checked(tmp_path) -> None:
 
 
 def test_gpu_labels_map_to_catalog_devices(tmp_path) -> None:
-    from nsa_policy.lint.launch_checks import Checker, LintOptions as O
+    from nsa_policy.lint.launch_checks import Checker
+    from nsa_policy.lint.launch_checks import LintOptions as O
 
     c = Checker(O())
     for label, name in [("NVIDIA-H100-80GB-HBM3", "h100"), ("NVIDIA-GeForce-RTX-5090", "rtx-5090"),

@@ -28,17 +28,30 @@ EXPECTED = {
     # H200 (comment): flashmla_auto as decode; HiSparse without --disable-radix-cache and with a
     # non-HiSparse backend; a misspelt key; head padding on both sides.
     "helm/values.yaml": [("NSA205", 8), ("NSA205", 8), ("NSA101", 10), ("NSA107", 10), ("NSA401", 11), ("NSA104", 12)],
-    # H100 (comment), sglang 0.5.12 image: tilelang + fp8 on CUDA; page size 32; old spelling;
-    # head padding; a threshold variable that is not an integer.
-    "compose/docker-compose.yaml": [("NSA205", 8), ("NSA101", 10), ("NSA402", 10), ("NSA105", 11), ("NSA406", 13)],
+    # H100 (comment), sglang 0.5.12 image: tilelang + fp8 on CUDA; page size 32; head padding; a
+    # threshold variable that is not an integer. --nsa-* is 0.5.12's own spelling: no spelling finding.
+    "compose/docker-compose.yaml": [("NSA205", 8), ("NSA101", 10), ("NSA105", 11), ("NSA406", 13)],
     # DeepSeek-V3 (not DSA) with a DSA backend flag; no device known.
     "docker/Dockerfile": [("NSA009", 5), ("NSA405", 5), ("NSA010", 7)],
     # Bad KV dtype; tp 4 not a multiple of dp 3; tp-size and tp_size disagree.
     "config/server.toml": [("NSA001", 7), ("NSA003", 8), ("NSA403", 8)],
     # A misspelt backend (closest suggested) and a misspelt key.
     "config/sglang.json": [("NSA002", 5), ("NSA401", 6)],
-    # The 128k override in an env file that targets sglang 0.5.13 (old spelling); no device, no model.
-    "env/sglang.env": [("NSA202", 3), ("NSA402", 3), ("NSA405", 3), ("NSA408", 3)],
+    # The 128k override under the old name in an env file that targets sglang 0.5.13, which ignores
+    # that name (NSA411); evaluated as absent, so no verdict on the value (NSA202); no device, no model.
+    "env/sglang.env": [("NSA405", 3), ("NSA408", 3), ("NSA411", 3)],
+    # The release pitfalls (issue 10). sglang 0.5.23 image: the old threshold variable is not read
+    # (and its 4096 gets no "kept as given"), --enable-dp-attention deprecated, --nsa-* refused.
+    "release/Dockerfile": [("NSA411", 4), ("NSA412", 7), ("NSA410", 8)],
+    # pip pin 0.5.13: --nsa-* deprecated; flashinfer_sparse_mla not listed yet (both flags);
+    # nsa-policy's own threshold flag is no sglang flag (and is inert on sm120: NSA203).
+    "release/serve_0513.sh": [("NSA412", 7), ("NSA413", 7), ("NSA413", 8), ("NSA203", 9), ("NSA410", 9)],
+    # 0.5.20 image: the pre-0.5.14 prefill CP flags are removed.
+    "release/deployment-cp.yaml": [("NSA410", 19), ("NSA410", 20)],
+    # 0.5.16 (hint comment): the same CP flags are deprecated aliases of --enable-prefill-cp/--cp-strategy.
+    "release/compose-cp.yaml": [("NSA412", 9), ("NSA412", 10)],
+    # 0.5.21 (hint comment) does not read the old threshold variable at all.
+    "release/sglang.env": [("NSA405", 3), ("NSA408", 3), ("NSA411", 3)],
     "broken/values.yaml": [("NSA404", 4)],
     "broken/config.json": [("NSA404", 4)],
 }
@@ -66,7 +79,7 @@ def test_messages_carry_the_fix(bad_report) -> None:
     assert "did you mean 'flashmla_kv'" in by[("scripts/serve_b200.sh", "NSA002")].message
     assert by[("helm/values.yaml", "NSA101")].alternatives == ("flashmla_kv",)
     assert "line 8" in by[("scripts/serve_h200.sh", "NSA403")].message
-    assert "--dsa-decode-backend" in by[("compose/docker-compose.yaml", "NSA402")].message
+    assert "--dsa-decode-backend" in by[("scripts/serve_b200.sh", "NSA402")].message
     assert "NSA101" in by[("docker/Dockerfile", "NSA405")].message  # names the checks it skipped
 
 
@@ -92,7 +105,7 @@ def test_clean_twin_exits_zero(name: str) -> None:
 def test_clean_corpus_has_no_errors_or_warnings() -> None:
     report = lint_paths([str(CLEAN)])
     assert [d for d in report.diagnostics if d.level != "info"] == []
-    assert report.launches == 10
+    assert report.launches == 15
 
 
 def test_unparsable_file_does_not_stop_the_run() -> None:
@@ -102,3 +115,25 @@ def test_unparsable_file_does_not_stop_the_run() -> None:
     codes = sorted((d["path"].split("bad/")[-1], d["code"]) for d in out["diagnostics"])
     assert codes == [("broken/config.json", "NSA404"), ("broken/values.yaml", "NSA404"),
                      ("config/sglang.json", "NSA002"), ("config/sglang.json", "NSA401")]
+
+
+def test_release_findings_say_how_the_release_was_inferred(bad_report) -> None:
+    by = {(d.loc.path.split("bad/")[-1], d.code, d.loc.line): d for d in bad_report.diagnostics}
+    assert "sglang 0.5.23 from image tag lmsysorg/sglang:v0.5.23-cu129 at line 2" in \
+        by[("release/Dockerfile", "NSA410", 8)].message
+    assert "the server will not start" in by[("release/Dockerfile", "NSA410", 8)].message
+    assert by[("release/Dockerfile", "NSA410", 8)].alternatives == ("--dsa-decode-backend",)
+    assert "sglang 0.5.13 from pin sglang==0.5.13 at line 4" in by[("release/serve_0513.sh", "NSA413", 8)].message
+    assert "from hint comment 'nsa-policy: sglang=0.5.16' at line 1" in by[("release/compose-cp.yaml", "NSA412", 9)].message
+    assert by[("release/compose-cp.yaml", "NSA412", 9)].alternatives == ("--enable-prefill-cp",)
+    assert by[("release/sglang.env", "NSA411", 3)].alternatives == ("SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",)
+    # a variable the release ignores is never reported as a threshold "kept as given" / "from env"
+    for d in bad_report.diagnostics:
+        if d.loc.path.endswith(("release/Dockerfile", "release/sglang.env", "env/sglang.env")):
+            assert "kept as given" not in d.message and "from env" not in d.message
+
+
+@pytest.mark.parametrize("name", sorted(n for n in EXPECTED if n.startswith("release/")))
+def test_the_same_launch_for_a_release_that_accepts_it_has_no_release_finding(name: str) -> None:
+    report = lint_paths([str(CLEAN / name)])
+    assert [d for d in report.diagnostics if d.code in ("NSA410", "NSA411", "NSA412", "NSA413", "NSA414")] == []

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import textwrap
 
-
 from nsa_policy.lint import lint_paths
 from nsa_policy.lint.runner import LintReport, scan_file
 
@@ -13,7 +12,8 @@ def launches(tmp_path, name: str, text: str, extra: dict | None = None):
         (tmp_path / rel).write_text(textwrap.dedent(body))
     p = tmp_path / name
     p.write_text(textwrap.dedent(text))
-    kind = {"sh": "shell", "yaml": "yaml", "yml": "yaml", "json": "json", "toml": "toml", "env": "env"}.get(name.rsplit(".", 1)[-1], "dockerfile")
+    kinds = {"sh": "shell", "yaml": "yaml", "yml": "yaml", "json": "json", "toml": "toml", "env": "env"}
+    kind = kinds.get(name.rsplit(".", 1)[-1], "dockerfile")
     return scan_file(str(p), kind, LintReport()).launches
 
 
