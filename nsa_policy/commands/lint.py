@@ -22,6 +22,8 @@ def lint(
                                                                  "catalog name (h200, b200…) or capability spec (sm90…)."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Bundle the launches are checked against (default: "
                                          "default). Given here, no file's 'nsa-policy: policy=' hint can change it."),
+    sglang_version: Optional[str] = typer.Option(None, "--sglang-version", help="The sglang release every launch "
+                                                 "targets (overrides a file's hint comment, image tag or pin)."),
     fmt: str = typer.Option("text", "--format", help="text, json, github or sarif."),
     fail_level: str = typer.Option("error", "--fail-level", help="Exit 1 when a finding is at or above: error, warning, info."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (unreadable input still exits 2)."),
@@ -46,7 +48,7 @@ def lint(
         if output:  # before any work: a bad path must not cost a lint run, nor overwrite a linted file
             check_output_path(output, field="--output", inputs=[p for p in targets if os.path.isfile(p)])
         report = lint_paths(targets, LintOptions(device=device, policy=policy or "default",
-                                                 policy_explicit=policy is not None),
+                                                 policy_explicit=policy is not None, sglang_version=sglang_version),
                             tuple(exclude or ()), use_gitignore=not no_gitignore)
         if output:
             check_output_path(output, field="--output", inputs=report.paths)
