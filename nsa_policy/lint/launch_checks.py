@@ -40,7 +40,7 @@ def rule_needs(policy: str) -> dict[str, Needs]:
 def skipped_codes(policy: str, *, device: bool, model: bool) -> list[str]:
     needs = rule_needs(policy)
     bundle = get_bundle(policy)
-    codes = {r.code for r in bundle.rules if r.id in needs
+    codes = {r.code for r in bundle.rules if r.id in needs and r.code is not None
              and ((device and needs[r.id].device) or (model and needs[r.id].model))}
     return sorted(codes)
 
@@ -164,14 +164,15 @@ class Checker:
         else:
             found = None
             # an explicit hint first, then what the file installs (image tag, pin), in file order
-            for h in sorted((h for h in launch.hints if h.key == "sglang"), key=lambda h: h.source != "comment"):
+            for h in sorted((h for h in launch.hints if h.key == "sglang"), key=_installed):
                 try:
                     parse_version(h.value, field="sglang")
                 except InputError:
                     out.append(self.diag("NSA407", f"{h.source}: sglang {h.value!r} is not a release number "
                                                    f"(e.g. sglang={args.newest})", h.loc))
                     continue
-                source = "hint comment 'nsa-policy: sglang=" + h.value + "'" if h.source == "comment" else h.source
+                source = h.source if _installed(h) else \
+                    f"{'hint comment' if h.source == 'comment' else h.source} 'nsa-policy: sglang={h.value}'"
                 found = (h.value, f"{source} at line {h.loc.line}", h.loc)
                 break
         if found is None:
@@ -445,6 +446,11 @@ class Checker:
                     if name in env:
                         return launch.env[name].loc
         return launch.loc
+
+
+def _installed(h: Hint) -> bool:
+    """A release read from what the file installs (image tag, pin), not from an explicit hint."""
+    return h.source.startswith(("image tag ", "pin "))
 
 
 def _convert(field: str, value: Any) -> tuple[Any, Optional[str]]:
