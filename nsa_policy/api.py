@@ -12,6 +12,7 @@ from nsa_policy.errors import PolicyError
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
 from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from
+from nsa_policy.integration.discovery import is_auto
 
 
 def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
@@ -20,7 +21,7 @@ def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
     cfg = config_from(config)
     dev = device_from(device, catalog)
     mdl = model_from(model, cfg, catalog)
-    if packages is None and isinstance(device, str) and device.strip().lower() == "auto":
+    if packages is None and is_auto(device):
         packages = installed_packages()  # local machine only: another machine's packages are unknown
     return Facts(device=dev, model=mdl, config=cfg, env=environment_from(env, packages), derived=derive(mdl, cfg))
 
@@ -52,7 +53,7 @@ def _memo_key(config: Any, device: Any, model: Any, policy: str, env: Optional[M
     """Decisions are a pure function of the inputs; plain inputs (no paths, no live objects) are memoised."""
     if isinstance(model, str) and model not in load_catalog().model_doc.models:
         return None  # a path: its config.json may change between calls
-    if isinstance(device, str) and device.strip().lower() == "auto":
+    if is_auto(device):
         return None  # discovery reads the machine each time
     source = os.environ if env is None else env
     try:

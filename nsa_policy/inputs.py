@@ -132,12 +132,14 @@ def device_from(device: Any, catalog: Catalog) -> DeviceFacts:
     if isinstance(device, DeviceFacts):
         return catalog.check_device(device)  # its class must be one of the loaded catalog's
     if isinstance(device, str):
-        if device.strip().lower() == "auto":
-            from nsa_policy.integration.discovery import discover
+        from nsa_policy.integration.discovery import auto_index, discover
 
-            return discover(catalog)
+        auto, index = auto_index(device)  # 'auto' (the rank's GPU) or 'auto:N' (CUDA device N)
+        if auto:
+            return discover(catalog, device_index=index)
         return catalog.device(device)
-    raise InputError("device", device, catalog.device_choices + ["auto"], hint="a name, a capability spec, 'auto' or DeviceFacts")
+    raise InputError("device", device, catalog.device_choices + ["auto", "auto:N"],
+                     hint="a name, a capability spec, 'auto', 'auto:N' or DeviceFacts")
 
 
 def model_from(model: Any, config: ServingConfig, catalog: Catalog) -> ModelFacts:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
 from typing import Any, Callable, Optional
 
 import typer
@@ -147,6 +148,8 @@ def resolve(
     if "," in device:
         _resolve_fleet(config, device, (model, arch, index_topk, num_attention_heads), package,
                        policy, as_json, explain, log_decisions)
+    _resolve_mixed_node(config, device, (model, arch, index_topk, num_attention_heads), package,
+                        policy, as_json, explain, log_decisions)
     try:
         if log_decisions:  # a log path that can never be appended to is bad input: refuse before any work
             check_log_path(log_decisions)
@@ -172,16 +175,40 @@ def resolve(
     raise typer.Exit(EXIT_REJECTED if decision.errors else EXIT_OK)
 
 
-def _resolve_fleet(config: dict[str, Any], devices: str, model_args: tuple[Any, ...], package: Optional[list[str]],
+def _resolve_mixed_node(config: dict[str, Any], device: str, model_args: tuple[Any, ...],
+                        package: Optional[list[str]], policy: str, as_json: bool, explain: bool,
+                        log_decisions: Optional[str]) -> None:
+    """`--device auto` on a node of several GPU products: say so (stderr); with no rank chosen, resolve each."""
+    from nsa_policy.catalog.store import load_catalog
+    from nsa_policy.integration.discovery import mixed_node
+
+    try:
+        notes, devices = mixed_node(load_catalog(), device)
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, as_json) from None
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if devices:
+        _resolve_fleet(config, devices, model_args, package, policy, as_json, explain, log_decisions)
+
+
+def _resolve_fleet(config: dict[str, Any], devices: Any, model_args: tuple[Any, ...], package: Optional[list[str]],
                    policy: str, as_json: bool, explain: bool, log_decisions: Optional[str]) -> None:
-    """`resolve --device h200,b200`: one decision per device, and whether one serves them all (exit 1 if not)."""
+    """`resolve --device h200,b200`: one decision per device, and whether one serves them all (exit 1 if not).
+
+    devices: the comma list as given, or DeviceFacts read on this node (then packages default to the installed ones).
+    """
+    from nsa_policy.inputs import installed_packages
     from nsa_policy.integration.fleet import parse_device_list, resolve_fleet
 
     try:
         if log_decisions:
             check_log_path(log_decisions)
-        report = resolve_fleet(config, parse_device_list(devices), model=model_argument(*model_args) or None,
-                               policy=policy, env=os.environ, packages=parse_packages(package))
+        local = not isinstance(devices, str)
+        packages = parse_packages(package)
+        report = resolve_fleet(config, devices if local else parse_device_list(devices),
+                               model=model_argument(*model_args) or None, policy=policy, env=os.environ,
+                               packages=installed_packages() if local and packages is None else packages)
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
         raise fail_usage(exc, as_json) from None
     if as_json:

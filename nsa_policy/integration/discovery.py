@@ -1,13 +1,39 @@
-"""`--device auto`: ask NVML (nvidia-ml-py) for GPU 0; fall back to torch only if it is already installed."""
+"""`--device auto`: the GPU this process will run on, read through NVML (nvidia-ml-py); torch only as a fallback.
+
+Which GPU: the rank's. An explicit index (`--device auto:3`, `device_index=3`) wins; else LOCAL_RANK (set by
+torchrun and most launchers); else 0. The index counts CUDA's *visible* devices, so it is mapped through
+CUDA_VISIBLE_DEVICES onto NVML's devices:
+
+* NVML numbers every GPU of the machine and ignores CUDA_VISIBLE_DEVICES; CUDA numbers only the visible
+  ones, in its own order. Each NVML device is read with its PCI bus id (nvmlDeviceGetPciInfo) and UUID.
+* CUDA's order before CUDA_VISIBLE_DEVICES applies: CUDA_DEVICE_ORDER=PCI_BUS_ID sorts by PCI bus id
+  (domain, bus, device), which is implemented exactly. The driver's default, FASTEST_FIRST, is approximated
+  by NVML index order (NVML enumerates by PCI bus id): exact on a node of identical GPUs, where CUDA breaks
+  the speed tie by PCI bus id, but not on a mixed node, where CUDA puts its own notion of "fastest" first.
+  There a note says so and recommends CUDA_DEVICE_ORDER=PCI_BUS_ID.
+* CUDA_VISIBLE_DEVICES entries are indices into that order, GPU UUIDs (`GPU-…`, a unique prefix is
+  enough, as CUDA allows) or MIG ids (`MIG-<uuid>`, `MIG-GPU-<uuid>/<gi>/<ci>`; the facts are the parent
+  GPU's). CUDA silently stops at the first entry it cannot parse; here any such entry, a repeat, or an
+  empty list is an InputError naming the variable, its value and what is valid: resolving for a device
+  other than the one the process gets would be worse than stopping.
+"""
 from __future__ import annotations
 
 import importlib.util
+import logging
+import re
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
+
+from pydantic import Field
 
 from nsa_policy.catalog.store import Catalog
-from nsa_policy.engine.facts import DeviceFacts
-from nsa_policy.errors import DeviceDiscoveryError
+from nsa_policy.engine.facts import DeviceFacts, Frozen
+from nsa_policy.errors import DeviceDiscoveryError, InputError
+
+LOGGER = logging.getLogger("nsa_policy.discovery")
+AUTO = "auto"
+CUDA_ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
 
 
 def _choices(catalog: Catalog) -> str:
@@ -36,60 +62,297 @@ def facts_from_nvml_reading(reading: dict[str, Any], catalog: Catalog) -> Device
         sm_count=reading.get("sm_count") or (base.sm_count if base else None), source=reading.get("source", "nvml"))
 
 
-def read_nvml(nvml: Any = None, index: int = 0) -> dict[str, Any]:
-    """Read GPU `index` through NVML. Raises DeviceDiscoveryError with the reason when NVML is unusable."""
-    if nvml is None:
-        try:
-            import pynvml as nvml  # type: ignore[no-redef]  # provided by nvidia-ml-py
-        except ImportError as exc:
-            raise DeviceDiscoveryError(f"NVML bindings missing (pip install nvidia-ml-py): {exc}") from None
+def auto_index(device: Any, field: str = "--device") -> tuple[bool, Optional[int]]:
+    """'auto' → (True, None); 'auto:3' → (True, 3); anything else → (False, None). 'auto:x' is an InputError."""
+    if not isinstance(device, str):
+        return False, None
+    text = device.strip().lower()
+    if text == AUTO:
+        return True, None
+    if not text.startswith(AUTO + ":"):
+        return False, None
+    tail = text[len(AUTO) + 1:].strip()
+    if not tail.isdigit():
+        raise InputError(field, device, hint="auto:N takes a CUDA-visible device index N >= 0, e.g. auto:0")
+    return True, int(tail)
+
+
+def is_auto(device: Any) -> bool:
+    """'auto' or 'auto:N' (without raising on a malformed index: the resolver reports that)."""
+    return isinstance(device, str) and (device.strip().lower() == AUTO or device.strip().lower().startswith(AUTO + ":"))
+
+
+class VisibleGpu(Frozen):
+    """One GPU as NVML reads it, at its place in CUDA's visible order."""
+
+    cuda_index: int = Field(description="index CUDA (torch.cuda, sglang's gpu_id) gives it in this process")
+    nvml_index: int
+    name: str
+    compute_capability: tuple[int, int]
+    pci_bus_id: Optional[str] = None
+    uuid: Optional[str] = None
+    memory_total_bytes: Optional[int] = None
+    mig: Optional[str] = Field(default=None, description="the MIG id CUDA_VISIBLE_DEVICES named, if any")
+
+    def reading(self, device_count: int, driver: Optional[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "compute_capability": list(self.compute_capability),
+                               "device_count": device_count, "cuda_index": self.cuda_index,
+                               "nvml_index": self.nvml_index, "pci_bus_id": self.pci_bus_id, "uuid": self.uuid,
+                               "source": "nvml"}
+        if self.memory_total_bytes:
+            out["memory_total_bytes"] = self.memory_total_bytes
+        if driver:
+            out["driver_version"] = driver
+        return out
+
+    def label(self) -> str:
+        return f"cuda:{self.cuda_index} {self.name} (NVML {self.nvml_index}, PCI {self.pci_bus_id or '?'})"
+
+
+class NodeReading(Frozen):
+    """The GPUs this process can see, in CUDA's order, and which one is the rank's."""
+
+    gpus: tuple[VisibleGpu, ...] = Field(description="visible GPUs, index = CUDA device index")
+    rank_index: int = Field(description="the CUDA device index this process runs on")
+    rank_source: str = Field(description="how rank_index was chosen: explicit, LOCAL_RANK=…, or the default 0")
+    order: Literal["FASTEST_FIRST", "PCI_BUS_ID"]
+    cuda_visible_devices: Optional[str] = None
+    device_count: int = Field(description="GPUs NVML sees on the machine, visible or not")
+    driver_version: Optional[str] = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def rank_gpu(self) -> VisibleGpu:
+        return self.gpus[self.rank_index]
+
+    @property
+    def mixed(self) -> bool:
+        """Different products or capabilities among the visible GPUs."""
+        return len({(g.name, g.compute_capability) for g in self.gpus}) > 1
+
+    def distinct(self) -> tuple[VisibleGpu, ...]:
+        """The first visible GPU of each distinct (product, capability), in CUDA order."""
+        seen: dict[tuple[str, tuple[int, int]], VisibleGpu] = {}
+        for g in self.gpus:
+            seen.setdefault((g.name, g.compute_capability), g)
+        return tuple(seen.values())
+
+    def reading(self, index: Optional[int] = None) -> dict[str, Any]:
+        gpu = self.rank_gpu if index is None else self.gpus[index]
+        return gpu.reading(self.device_count, self.driver_version)
+
+
+_PCI = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-9a-f])$", re.I)
+
+
+def _pci_key(bus_id: Optional[str], nvml_index: int) -> tuple[int, ...]:
+    """(domain, bus, device, function) of '00000000:19:00.0'; unreadable ids sort last, in NVML order."""
+    m = _PCI.match((bus_id or "").strip())
+    if not m:
+        return (1 << 40, nvml_index)
+    dom, bus, dev, fn = m.groups()
+    return (int(dom or "0", 16), int(bus, 16), int(dev, 16), int(fn, 16))
+
+
+def _read_gpu(nvml: Any, nvml_index: int) -> dict[str, Any]:
+    h = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
+    major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
+    gpu: dict[str, Any] = {"nvml_index": nvml_index, "name": _text(nvml.nvmlDeviceGetName(h)),
+                           "compute_capability": (int(major), int(minor)), "migs": []}
+    try:
+        gpu["pci_bus_id"] = _text(nvml.nvmlDeviceGetPciInfo(h).busId)
+    except Exception:
+        gpu["pci_bus_id"] = None
+    try:
+        gpu["uuid"] = _text(nvml.nvmlDeviceGetUUID(h))
+    except Exception:
+        gpu["uuid"] = None
+    try:
+        gpu["memory_total_bytes"] = int(nvml.nvmlDeviceGetMemoryInfo(h).total)
+    except Exception:
+        gpu["memory_total_bytes"] = None
+    try:  # MIG instances, only where MIG is on; their UUIDs may be named in CUDA_VISIBLE_DEVICES
+        for i in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(h))):
+            try:
+                gpu["migs"].append(_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i))))
+            except Exception:
+                continue
+    except Exception:
+        pass
+    return gpu
+
+
+def _cuda_order(env: Mapping[str, str]) -> Literal["FASTEST_FIRST", "PCI_BUS_ID"]:
+    raw = env.get("CUDA_DEVICE_ORDER")
+    if raw is None or not raw.strip():
+        return "FASTEST_FIRST"
+    value = raw.strip().upper()
+    if value not in CUDA_ORDERS:
+        raise InputError("CUDA_DEVICE_ORDER", raw, CUDA_ORDERS, hint="CUDA knows two orders")
+    return "PCI_BUS_ID" if value == "PCI_BUS_ID" else "FASTEST_FIRST"
+
+
+def _match_uuid(entry: str, gpus: list[dict[str, Any]], cvd: str) -> tuple[dict[str, Any], Optional[str]]:
+    """A `GPU-…` / `MIG-…` entry (unique prefix, as CUDA allows) → (the GPU, the MIG id or None)."""
+    key = entry.lower()
+    if key.startswith("mig-gpu-"):  # the pre-R470 MIG form: MIG-GPU-<gpu uuid>/<gi>/<ci>
+        parent, _, rest = entry[4:].partition("/")
+        if not rest:
+            raise InputError("CUDA_VISIBLE_DEVICES", cvd, hint=f"{entry!r}: the MIG-GPU-<uuid>/<gi>/<ci> form needs "
+                             "the instance ids")
+        hits = [(g, entry) for g in gpus if (g.get("uuid") or "").lower().startswith(parent.lower())]
+    elif key.startswith("mig-"):
+        hits = [(g, m) for g in gpus for m in g["migs"] if m.lower().startswith(key)]
+    else:
+        hits = [(g, None) for g in gpus if (g.get("uuid") or "").lower().startswith(key)]
+    known = [g["uuid"] for g in gpus if g.get("uuid")] + [m for g in gpus for m in g["migs"]]
+    if not hits:
+        raise InputError("CUDA_VISIBLE_DEVICES", cvd, known,
+                         hint=f"{entry!r} names no GPU or MIG instance NVML sees; entries are indices 0..{len(gpus) - 1} "
+                         "or these UUIDs")
+    if len({(h[0]["nvml_index"], h[1]) for h in hits}) > 1:
+        raise InputError("CUDA_VISIBLE_DEVICES", cvd, known, hint=f"{entry!r} is a prefix of more than one UUID")
+    return hits[0]
+
+
+def _visible(gpus: list[dict[str, Any]], cvd: Optional[str]) -> list[tuple[dict[str, Any], Optional[str]]]:
+    """CUDA_VISIBLE_DEVICES applied to the GPUs in CUDA's order."""
+    if cvd is None:
+        return [(g, None) for g in gpus]
+    valid = f"comma-separated indices 0..{len(gpus) - 1} (in CUDA's order) or GPU-/MIG- UUIDs, each once"
+    entries = [e.strip() for e in cvd.split(",")]
+    if not cvd.strip():
+        raise InputError("CUDA_VISIBLE_DEVICES", cvd, hint=f"empty: it hides every GPU from CUDA; valid: {valid}")
+    out: list[tuple[dict[str, Any], Optional[str]]] = []
+    for entry in entries:
+        if not entry:
+            raise InputError("CUDA_VISIBLE_DEVICES", cvd, hint=f"an empty entry; valid: {valid}")
+        if re.fullmatch(r"[+-]?\d+", entry):
+            i = int(entry)
+            if not 0 <= i < len(gpus):
+                raise InputError("CUDA_VISIBLE_DEVICES", cvd,
+                                 hint=f"index {entry} is not one of the {len(gpus)} GPUs NVML sees; valid: {valid}")
+            hit: tuple[dict[str, Any], Optional[str]] = (gpus[i], None)
+        elif entry.lower().startswith(("gpu-", "mig-")):
+            hit = _match_uuid(entry, gpus, cvd)
+        else:
+            raise InputError("CUDA_VISIBLE_DEVICES", cvd, hint=f"{entry!r} is neither an index nor a UUID; valid: {valid}")
+        if any(h[0]["nvml_index"] == hit[0]["nvml_index"] and h[1] == hit[1] for h in out):
+            raise InputError("CUDA_VISIBLE_DEVICES", cvd, hint=f"{entry!r} names a device listed before; valid: {valid}")
+        out.append(hit)
+    return out
+
+
+def _rank_index(count: int, env: Mapping[str, str], device_index: Optional[int],
+                cvd: Optional[str]) -> tuple[int, str]:
+    shown = "unset" if cvd is None else repr(cvd)
+    where = f"{count} GPU{'s' if count != 1 else ''} visible (CUDA_VISIBLE_DEVICES {shown})"
+    if device_index is not None:
+        if isinstance(device_index, bool) or not isinstance(device_index, int) or not 0 <= device_index < count:
+            raise InputError("device_index", device_index, hint=f"a CUDA device index 0..{count - 1}: {where}")
+        return device_index, f"explicit index {device_index}"
+    raw = env.get("LOCAL_RANK")
+    if raw is None or not raw.strip():
+        return 0, "default 0 (LOCAL_RANK unset)"
+    if not raw.strip().isdigit():
+        raise InputError("LOCAL_RANK", raw, hint=f"an integer 0..{count - 1}: {where}")
+    local = int(raw.strip())
+    if local >= count:
+        raise InputError("LOCAL_RANK", raw, hint=f"this rank's GPU would be cuda:{local}, but only {where}; "
+                         f"valid 0..{count - 1}, or pass an explicit index (--device auto:N / device_index=N)")
+    return local, f"LOCAL_RANK={local}"
+
+
+def _nvml_module(nvml: Any) -> Any:
+    if nvml is not None:
+        return nvml
+    try:
+        import pynvml  # provided by nvidia-ml-py
+    except ImportError as exc:
+        raise DeviceDiscoveryError(f"NVML bindings missing (pip install nvidia-ml-py): {exc}") from None
+    return pynvml
+
+
+def read_node(nvml: Any = None, *, env: Optional[Mapping[str, str]] = None,
+              device_index: Optional[int] = None) -> NodeReading:
+    """Every visible GPU in CUDA's order, and the rank's (see the module doc for the mapping).
+
+    env: where CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and LOCAL_RANK are read (default os.environ).
+    Raises DeviceDiscoveryError when NVML is unusable, InputError for a bad variable or index.
+    """
+    import os
+
+    env = os.environ if env is None else env
+    nvml = _nvml_module(nvml)
+    order = _cuda_order(env)  # a bad value is the user's, whatever NVML says
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, …
         raise DeviceDiscoveryError(f"NVML unavailable ({type(exc).__name__}: {_text(exc)}): "
                                    "no NVIDIA driver or libnvidia-ml on this machine") from None
     try:
-        count = nvml.nvmlDeviceGetCount()
-        if count < 1:
-            raise DeviceDiscoveryError("NVML reports no NVIDIA GPU")
-        h = nvml.nvmlDeviceGetHandleByIndex(index)
-        name = _text(nvml.nvmlDeviceGetName(h))
-        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
-        reading = {"name": name, "compute_capability": [int(major), int(minor)], "device_count": int(count),
-                   "source": "nvml"}
         try:
-            reading["memory_total_bytes"] = int(nvml.nvmlDeviceGetMemoryInfo(h).total)
-        except Exception:
-            pass
-        try:
-            reading["driver_version"] = _text(nvml.nvmlSystemGetDriverVersion())
-        except Exception:
-            pass
-        return reading
-    except DeviceDiscoveryError:
-        raise
-    except Exception as exc:
-        raise DeviceDiscoveryError(f"NVML query failed ({type(exc).__name__}: {_text(exc)})") from None
+            count = int(nvml.nvmlDeviceGetCount())
+            if count < 1:
+                raise DeviceDiscoveryError("NVML reports no NVIDIA GPU")
+            gpus = [_read_gpu(nvml, i) for i in range(count)]
+            driver: Optional[str] = None
+            try:
+                driver = _text(nvml.nvmlSystemGetDriverVersion())
+            except Exception:
+                pass
+        except DeviceDiscoveryError:
+            raise
+        except Exception as exc:
+            raise DeviceDiscoveryError(f"NVML query failed ({type(exc).__name__}: {_text(exc)})") from None
     finally:
         try:
             nvml.nvmlShutdown()
         except Exception:
             pass
+    if order == "PCI_BUS_ID":
+        gpus.sort(key=lambda g: _pci_key(g["pci_bus_id"], g["nvml_index"]))
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    visible = [VisibleGpu(cuda_index=i, nvml_index=g["nvml_index"], name=g["name"],
+                          compute_capability=g["compute_capability"], pci_bus_id=g["pci_bus_id"], uuid=g["uuid"],
+                          memory_total_bytes=g["memory_total_bytes"], mig=mig)
+               for i, (g, mig) in enumerate(_visible(gpus, cvd))]
+    index, source = _rank_index(len(visible), env, device_index, cvd)
+    notes = []
+    if len({(g["name"], g["compute_capability"]) for g in gpus}) > 1 and order == "FASTEST_FIRST":
+        notes.append("mixed node and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA's fastest-first order is "
+                     "approximated by NVML's (PCI bus) order and may differ; set CUDA_DEVICE_ORDER=PCI_BUS_ID "
+                     "for an exact mapping")
+    return NodeReading(gpus=tuple(visible), rank_index=index, rank_source=source, order=order,
+                       cuda_visible_devices=cvd, device_count=count, driver_version=driver, notes=tuple(notes))
 
 
-def read_torch() -> Optional[dict[str, Any]]:
-    """Only when torch is installed already (never installed or imported on the NVML path)."""
+def read_nvml(nvml: Any = None, index: Optional[int] = None, *,
+              env: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+    """The reading of CUDA device `index` (None: the rank's, from LOCAL_RANK), mapped through CUDA_VISIBLE_DEVICES."""
+    return read_node(nvml, env=env, device_index=index).reading()
+
+
+def read_torch(index: int = 0) -> Optional[dict[str, Any]]:
+    """Only when torch is installed already (never installed or imported on the NVML path).
+
+    index: the CUDA device index; torch applies CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER itself.
+    """
     if importlib.util.find_spec("torch") is None:
         return None
     import torch  # noqa: PLC0415 - deliberate lazy import, fallback only
 
     if not torch.cuda.is_available():
         return None
-    props = torch.cuda.get_device_properties(0)
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise InputError("device index", index, hint=f"torch sees {count} CUDA device(s): valid 0..{count - 1}")
+    props = torch.cuda.get_device_properties(index)
     hip = getattr(torch.version, "hip", None)
     return {"name": props.name, "compute_capability": [props.major, props.minor],
             "memory_total_bytes": int(props.total_memory), "sm_count": int(props.multi_processor_count),
-            "hip": bool(hip), "gcn_arch": getattr(props, "gcnArchName", None), "source": "torch"}
+            "hip": bool(hip), "gcn_arch": getattr(props, "gcnArchName", None), "source": "torch",
+            "cuda_index": index, "device_count": count}
 
 
 def _facts_from_torch(reading: dict[str, Any], catalog: Catalog) -> DeviceFacts:
@@ -107,14 +370,38 @@ def _facts_from_torch(reading: dict[str, Any], catalog: Catalog) -> DeviceFacts:
     return facts_from_nvml_reading(reading, catalog)
 
 
+def _torch_index(env: Mapping[str, str], device_index: Optional[int]) -> int:
+    """The index for the torch fallback (torch maps CUDA_VISIBLE_DEVICES itself; only LOCAL_RANK is read here)."""
+    if device_index is not None:
+        return device_index
+    raw = (env.get("LOCAL_RANK") or "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit():
+        raise InputError("LOCAL_RANK", env.get("LOCAL_RANK"), hint="an integer >= 0 (this rank's CUDA device index)")
+    return int(raw)
+
+
 def discover(catalog: Catalog, *, nvml: Any = None,
-             torch_reader: Callable[[], Optional[dict[str, Any]]] = read_torch) -> DeviceFacts:
+             torch_reader: Callable[[int], Optional[dict[str, Any]]] = read_torch,
+             env: Optional[Mapping[str, str]] = None, device_index: Optional[int] = None) -> DeviceFacts:
+    """The facts of the GPU this process runs on (module doc); notes (mixed node) go to the nsa_policy.discovery log."""
+    import os
+
+    env = os.environ if env is None else env
     try:
-        return facts_from_nvml_reading(read_nvml(nvml), catalog)
+        node = read_node(nvml, env=env, device_index=device_index)
     except DeviceDiscoveryError as nvml_error:
         first = str(nvml_error)
+    else:
+        for note in node.notes:
+            LOGGER.warning("%s", note)
+        return facts_from_nvml_reading(node.reading(), catalog)
+    index = _torch_index(env, device_index)
     try:
-        reading = torch_reader()
+        reading = torch_reader(index)
+    except InputError:
+        raise
     except Exception as exc:  # a broken torch install must not hide the NVML reason
         reading = None
         first += f"; torch fallback failed: {type(exc).__name__}: {exc}"
@@ -124,3 +411,43 @@ def discover(catalog: Catalog, *, nvml: Any = None,
     raise DeviceDiscoveryError(
         f"--device auto found no GPU: {first}; torch fallback found none{torch_note}. "
         f"Resolve offline with --device NAME, one of: {_choices(catalog)}")
+
+
+def discover_node(catalog: Catalog, *, nvml: Any = None, env: Optional[Mapping[str, str]] = None,
+                  device_index: Optional[int] = None) -> tuple[NodeReading, tuple[DeviceFacts, ...]]:
+    """The node reading and the facts of each distinct visible GPU (one per product and capability)."""
+    node = read_node(nvml, env=env, device_index=device_index)
+    facts = tuple(facts_from_nvml_reading(g.reading(node.device_count, node.driver_version), catalog)
+                  for g in node.distinct())
+    return node, facts
+
+
+def mixed_node(catalog: Catalog, device: Any, *, nvml: Any = None,
+               env: Optional[Mapping[str, str]] = None) -> tuple[list[str], tuple[DeviceFacts, ...]]:
+    """For `resolve --device auto`: (notes to show, devices to resolve as a fleet).
+
+    A node whose visible GPUs are all one product gives ([], ()): resolve the rank's GPU as usual. A mixed
+    node gives a note naming each GPU; with no rank chosen (plain 'auto', LOCAL_RANK unset) it also gives
+    one DeviceFacts per distinct product, to be resolved like `--device h200,b200`. NVML being unusable
+    gives ([], ()) too: the ordinary path explains that (and tries torch).
+    """
+    import os
+
+    env = os.environ if env is None else env
+    auto, index = auto_index(device)
+    if not auto:
+        return [], ()
+    try:
+        node, facts = discover_node(catalog, nvml=nvml, env=env, device_index=index)
+    except DeviceDiscoveryError:
+        return [], ()
+    if not node.mixed:
+        return [], ()
+    notes = [f"mixed node: {len(node.gpus)} visible GPUs of {len(facts)} kinds: "
+             + "; ".join(g.label() for g in node.gpus), *node.notes]
+    if index is None and node.rank_source.startswith("default"):
+        notes.append(f"no rank chosen (LOCAL_RANK unset, no --device auto:N): resolving each of "
+                     f"{', '.join(f.name for f in facts)} as a fleet")
+        return notes, facts
+    notes.append(f"resolving for this rank's GPU, {node.rank_gpu.label()} ({node.rank_source})")
+    return notes, ()

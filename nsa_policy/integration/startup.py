@@ -307,11 +307,13 @@ def _write_all(args: _Args, applied: Applied, env: MutableMapping[str, str]) -> 
 
 def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", model: Any = None,
           env: Optional[MutableMapping[str, str]] = None, logger: Optional[logging.Logger] = None,
-          sglang_version: Optional[str] = None) -> Applied:
+          sglang_version: Optional[str] = None, device_index: Optional[int] = None) -> Applied:
     """Resolve from `server_args` and write the decision into its unset fields (see the module doc).
 
     server_args: argparse.Namespace, a dataclass / ServerArgs, or a mutable mapping, with sglang's names.
-    device: "auto" (the local GPU through NVML), a catalog name, a capability spec or DeviceFacts.
+    device: "auto" (this rank's GPU: LOCAL_RANK through CUDA_VISIBLE_DEVICES, read by NVML; see
+        integration.discovery), "auto:N", a catalog name, a capability spec or DeviceFacts.
+    device_index: with device="auto", the CUDA device index this process runs on (instead of LOCAL_RANK).
     model: None = server_args.model_path; else a catalog id, a path, or a config mapping.
     env: where the threshold variable is read and set (default os.environ).
     sglang_version: the release served (default: this process's installed sglang; see running_release).
@@ -321,6 +323,14 @@ def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", mo
 
     args = _Args(server_args)
     env = os.environ if env is None else env
+    if device_index is not None:
+        from nsa_policy.integration.discovery import auto_index
+
+        if auto_index(device, "device") != (True, None):
+            raise InputError("device_index", device_index, hint=f"only with device='auto', not {device!r}")
+        if isinstance(device_index, bool) or not isinstance(device_index, int) or device_index < 0:
+            raise InputError("device_index", device_index, hint="a CUDA device index, an int >= 0")
+        device = f"auto:{device_index}"
     logger = logger or logging.getLogger(LOGGER_NAME)
     release = running_release(args, sglang_version)
     read_var, translated, notes = release_env(env, release)

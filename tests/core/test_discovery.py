@@ -75,7 +75,7 @@ def test_unknown_capability_is_explained() -> None:
 def test_nvml_errors_are_caught_and_choices_listed(error) -> None:
     fake = FakeNVML("x", (9, 0), fail_init=error())
     with pytest.raises(DeviceDiscoveryError) as exc:
-        discover(load_catalog(), nvml=fake, torch_reader=lambda: None)
+        discover(load_catalog(), nvml=fake, torch_reader=lambda index: None)
     text = str(exc.value)
     assert "NVML unavailable" in text and "--device" in text and "h200" in text and "mi300x" in text
 
@@ -84,7 +84,7 @@ def test_torch_fallback_used_when_nvml_fails() -> None:
     reading = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": [9, 0], "memory_total_bytes": 85_000_000_000,
                "sm_count": 132, "hip": False, "source": "torch"}
     dev = discover(load_catalog(), nvml=FakeNVML("x", (0, 0), fail_init=pynvml.NVMLError_LibraryNotFound()),
-                   torch_reader=lambda: reading)
+                   torch_reader=lambda index: reading)
     assert (dev.name, dev.device_class, dev.source) == ("h100", "sm90", "torch")
 
 
@@ -92,7 +92,7 @@ def test_torch_fallback_rocm() -> None:
     reading = {"name": "AMD Instinct MI300X", "compute_capability": [9, 4], "memory_total_bytes": 205_000_000_000,
                "sm_count": 304, "hip": True, "gcn_arch": "gfx942:sramecc+:xnack-", "source": "torch"}
     dev = discover(load_catalog(), nvml=FakeNVML("x", (0, 0), fail_init=pynvml.NVMLError_LibraryNotFound()),
-                   torch_reader=lambda: reading)
+                   torch_reader=lambda index: reading)
     assert (dev.device_class, dev.vendor) == ("gfx942", "amd")
 
 
