@@ -294,7 +294,7 @@ def _arg_key(arg) -> object:
     return arg
 
 
-def _launch(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], num_warps: int) -> None:
+def _launch(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], num_warps: Optional[int]) -> None:
     key = (kernel, grid.__len__(), num_warps, tuple(_arg_key(a) for a in args), args[0].device.index)
     compiled = _COMPILED.get(key)
     hooks = _knobs is not None and _knobs.runtime.launch_enter_hook is not None
@@ -325,7 +325,7 @@ def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
     if num_rows == 0 or k == 0:
         return out
     ragged = cu_extend_lens is not None
-    num_reqs = cu_extend_lens.shape[0] - 1 if ragged else page_table.shape[0]
+    num_reqs = cu_extend_lens.shape[0] - 1 if cu_extend_lens is not None else page_table.shape[0]
     search = _SEARCH.get(num_reqs)
     if search is None:
         search = _SEARCH[num_reqs] = _search_params(num_reqs)
@@ -342,11 +342,11 @@ def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
             num_reqs, k, row_len, ragged, page_size, block, vector_block, steps), warps)
         return out
     ta, pa, oa = topk_indices.data_ptr(), page_table.data_ptr(), out.data_ptr()
-    ca = cu_extend_lens.data_ptr() if ragged else pa
+    ca = cu_extend_lens.data_ptr() if cu_extend_lens is not None else pa
     ts, ps, os_ = topk_indices.stride(0), page_table.stride(0), out.stride(0)
     t64 = topk_indices.dtype == torch.int64
     p64 = page_table.dtype == torch.int64
-    c64 = ragged and cu_extend_lens.dtype == torch.int64
+    c64 = cu_extend_lens is not None and cu_extend_lens.dtype == torch.int64
     args = (ta, ts, pa, ps, ca, oa, os_, num_reqs, k, row_len, ragged, page_size, block,
             vector_block, steps, t64, p64, c64)
     # a key at least as fine as Triton's specialisation of these arguments
@@ -375,7 +375,7 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
     if num_rows == 0:
         return out
     ragged = cu_extend_lens is not None
-    num_reqs = cu_extend_lens.numel() - 1 if ragged else page_table.shape[0]
+    num_reqs = cu_extend_lens.numel() - 1 if cu_extend_lens is not None else page_table.shape[0]
     search = _SEARCH.get(num_reqs)
     if search is None:
         search = _SEARCH[num_reqs] = _search_params(num_reqs)
@@ -395,13 +395,13 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
             csr, counts is not None, empty_row_slot is not None), warps)
         return out
     ta, pa, oa = topk_indices.data_ptr(), page_table.data_ptr(), out.data_ptr()
-    ca = cu_extend_lens.data_ptr() if ragged else pa
+    ca = cu_extend_lens.data_ptr() if cu_extend_lens is not None else pa
     na = counts.data_ptr() if counts is not None else oa
-    ia = kv_indptr.data_ptr() if csr else oa
+    ia = kv_indptr.data_ptr() if kv_indptr is not None else oa
     ts, ps, os_ = topk_indices.stride(0), page_table.stride(0), (out.stride(0) if not csr else 0)
     t64 = topk_indices.dtype == torch.int64
     p64 = page_table.dtype == torch.int64
-    c64 = ragged and cu_extend_lens.dtype == torch.int64
+    c64 = cu_extend_lens is not None and cu_extend_lens.dtype == torch.int64
     has_counts, has_dummy = counts is not None, empty_row_slot is not None
     args = (ta, ts, pa, ps, ca, oa, os_, na, ia, num_reqs, k, row_len, pad_slot, dummy,
             ragged, page_size, block, vector_block, steps, csr, has_counts, has_dummy, t64, p64, c64)

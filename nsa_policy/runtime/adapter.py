@@ -66,6 +66,12 @@ DEFAULT_WORKSPACE_BYTES = _flashinfer.WORKSPACE_BYTES  # trtllm / sm12x (sglang'
 FA3_WORKSPACE_BYTES = 128 << 20
 
 
+def _int_at_least_1(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise AdapterConfigError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
 def backends_for(device_class: str) -> list[str]:
     return [b for b in IMPLEMENTED if RUNS_ON[b] is None or device_class in RUNS_ON[b]]
 
@@ -144,7 +150,7 @@ class SparseMLAAdapter:
         self._planner = planner
         self._generation = {phase: 0 for phase in PHASES}
         self._workspace = None
-        self._counter = None          # trtllm-gen's multi-CTA counters, zeroed once, reused
+        self._counter: Optional[torch.Tensor] = None  # trtllm-gen's multi-CTA counters, zeroed once, reused
         self._counter_supported = False
         self._fa3_wrappers: dict[str, Any] = {}
         used = set(self.backends.values())
@@ -207,12 +213,9 @@ class SparseMLAAdapter:
         layout = getattr(decision, "kv_cache_layout", None)
         if layout not in LAYOUTS:
             raise AdapterConfigError(f"kv_cache_layout must be one of {LAYOUTS}, got {layout!r}")
-        page_size = getattr(decision, "page_size", None)
-        top_k = getattr(decision, "index_topk", None)
-        for name, value in (("page_size", page_size), ("index_topk", top_k),
-                            ("table_page_size", table_page_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise AdapterConfigError(f"{name} must be an int >= 1, got {value!r}")
+        page_size = _int_at_least_1("page_size", getattr(decision, "page_size", None))
+        top_k = _int_at_least_1("index_topk", getattr(decision, "index_topk", None))
+        _int_at_least_1("table_page_size", table_page_size)
         if workspace_bytes is not None and (isinstance(workspace_bytes, bool)
                                             or not isinstance(workspace_bytes, int) or workspace_bytes < 1):
             raise ValueError(f"workspace_bytes must be an int >= 1, got {workspace_bytes!r}")
@@ -223,12 +226,14 @@ class SparseMLAAdapter:
 
         chosen = {"prefill": prefill_backend or getattr(decision, "prefill_backend", None),
                   "decode": decode_backend or getattr(decision, "decode_backend", None)}
-        backends = {p: chosen[p] for p in phases}
+        requested = {p: chosen[p] for p in phases}
         problems: list[str] = []
-        for phase, backend in backends.items():
+        for phase, backend in requested.items():
             problems += cls._backend_problems(phase, backend, dev, dev_class, layout, page_size, top_k,
                                               num_heads, real_kernels=(flash_mla if backend in FLASHMLA
                                                                        else flashinfer) is None)
+        # _backend_problems refuses a missing (None) backend as unknown, so every one is a str here
+        backends = {p: b for p, b in requested.items() if isinstance(b, str)}
         if (not problems and "flashinfer_sparse_mla" in backends.values() and flashinfer is None
                 and (workspace_bytes or DEFAULT_WORKSPACE_BYTES) < _flashinfer.WORKSPACE_BYTES):
             problems.append(f"backend 'flashinfer_sparse_mla' needs a workspace of at least "

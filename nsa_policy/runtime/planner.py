@@ -150,7 +150,8 @@ class BatchPlanner:
             raise ValueError("the decision does not apply (the model is not a DSA model): "
                              "there is no sparse prefill to plan")
         runtime = getattr(decision, "runtime", None)
-        threshold = getattr(decision, "dense_attn_kv_len_threshold", None)
+        # duck-typed, so unchecked here: __init__ validates it (after the backends, as always)
+        threshold: Any = getattr(decision, "dense_attn_kv_len_threshold", None)
         if threshold is None:
             threshold = getattr(decision, "index_topk", None)
         return cls(
