@@ -52,7 +52,7 @@ def scan_dockerfile(path: str, text: str, index: LineIndex) -> FileScan:
     def finish(st: _Stage) -> None:
         scan.launches.extend(_stage_launches(st, path, index))
 
-    for kw, chunk, base, line_start in _instructions(text):
+    for kw, chunk, base, _line_start in _instructions(text):
         if kw == "FROM":
             finish(stage)
             stage = _Stage()

@@ -84,7 +84,8 @@ class Structured:
                             out.append(Hint("device", str(lv.value), self.loc(lv), f"nodeSelector {lk.value}"))
                 elif key == "matchExpressions" and v.kind == "seq":
                     for expr in v.items:
-                        lab, vals, op = (expr.get("key"), expr.get("values"), expr.get("operator")) if expr.kind == "map" else (None, None, None)
+                        lab, vals, op = ((expr.get("key"), expr.get("values"), expr.get("operator"))
+                                         if expr.kind == "map" else (None, None, None))
                         if lab is not None and lab.value in GPU_LABELS and vals is not None and vals.kind == "seq" \
                                 and (op is None or op.value == "In"):
                             for item in vals.items:
@@ -130,8 +131,8 @@ class Structured:
                     if name is not None and value is not None and value.kind == "scalar":
                         env[str(name.value)] = self._env_value(value.value, self.loc(name), exp)
                 elif item.kind == "scalar" and isinstance(item.value, str) and "=" in item.value:
-                    k, _, v = item.value.partition("=")
-                    env[k.strip()] = self._env_value(v, self.loc(item), exp)
+                    key, _, val = item.value.partition("=")
+                    env[key.strip()] = self._env_value(val, self.loc(item), exp)
         return env
 
     def _env_value(self, value, loc: Location, exp: Optional[Expander]) -> EnvValue:
@@ -201,7 +202,7 @@ class Structured:
         texts = [t[0] for t in tokens]
         start = _launch_start_texts(texts)
         if start is not None:
-            first = next((t for t in tokens), None)
+            first = tokens[0]  # a launch start was found among them
             return [Launch(self.path, first[1], self._kind(node), args=parse_cli(tokens[start:]), env=env)]
         launches: list[Launch] = []  # sh -c "… sglang.launch_server …"
         for part in parts:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 from itertools import groupby
+from typing import Any
 
 from nsa_policy.lint.runner import LintReport
 
@@ -21,7 +22,7 @@ def summary(report: LintReport) -> dict:
 
 def render_text(report: LintReport) -> str:
     lines: list[str] = []
-    for path, group in groupby(report.diagnostics, key=lambda d: d.loc.path):
+    for _path, group in groupby(report.diagnostics, key=lambda d: d.loc.path):
         for d in group:
             lines.append(f"{d.loc.path}:{d.loc.line}:{d.loc.col}: {d.code} [{d.level}] {d.message}")
             if d.fix:
@@ -101,7 +102,8 @@ def render_sarif(report: LintReport) -> str:
         else:
             uri = d.loc.path.replace(os.sep, "/")
             uri = uri[2:] if uri.startswith("./") else uri
-        loc = {"physicalLocation": {"artifactLocation": {"uri": uri}, "region": {"startLine": d.loc.line, "startColumn": d.loc.col}}}
+        loc: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": uri},
+                                                    "region": {"startLine": d.loc.line, "startColumn": d.loc.col}}}
         if not os.path.isabs(d.loc.path):
             loc["physicalLocation"]["artifactLocation"]["uriBaseId"] = "%SRCROOT%"
         text = d.message + (f" Fix: {d.fix}" if d.fix else "")
@@ -110,7 +112,7 @@ def render_sarif(report: LintReport) -> str:
         if d.rule or d.alternatives:
             res["properties"] = {k: v for k, v in (("policyRule", d.rule), ("alternatives", list(d.alternatives))) if v}
         results.append(res)
-    doc = {
+    sarif = {
         "$schema": SARIF_SCHEMA, "version": "2.1.0",
         "runs": [{
             "tool": {"driver": {"name": "nsa-policy", "version": __version__, "semanticVersion": __version__,
@@ -120,7 +122,7 @@ def render_sarif(report: LintReport) -> str:
             "results": results,
         }],
     }
-    return json.dumps(doc, indent=2)
+    return json.dumps(sarif, indent=2)
 
 
 def _srcroot() -> str:

@@ -72,7 +72,7 @@ class Expander:
                     empty = value is None or (op.startswith(":") and value == "")
                     if op.endswith("+"):
                         return ("" if empty else self.expand_plain(word)[0]), j, None
-                    if empty:
+                    if empty or value is None:
                         val, miss = self.expand_plain(word)
                         if op.endswith("="):
                             self.vars[name] = val
