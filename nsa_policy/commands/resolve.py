@@ -121,7 +121,8 @@ def _name_the_flags_used(decision: Any, used: dict[str, str]) -> Any:
 
 
 def resolve(
-    device: str = typer.Option("auto", "--device", help="Catalog name (h200, b200…), capability spec (sm90…) or auto (NVML). "
+    device: str = typer.Option("auto", "--device", help="Catalog name (h200…), capability spec (sm90…), auto (the rank's GPU: "
+                               "LOCAL_RANK through CUDA_VISIBLE_DEVICES, read by NVML) or auto:N (CUDA device N). "
                                "A comma list (h200,b200) checks a mixed fleet: does one decision serve every device?"),
     model: Optional[str] = typer.Option(None, "--model", "--model-path",
                                         help="Catalog model id, local directory or config.json."),

@@ -319,7 +319,9 @@ def read_node(nvml: Any = None, *, env: Optional[Mapping[str, str]] = None,
                for i, (g, mig) in enumerate(_visible(gpus, cvd))]
     index, source = _rank_index(len(visible), env, device_index, cvd)
     notes = []
-    if len({(g["name"], g["compute_capability"]) for g in gpus}) > 1 and order == "FASTEST_FIRST":
+    # UUID entries name GPUs whatever the order; indices (or no CUDA_VISIBLE_DEVICES) depend on it
+    by_index = cvd is None or any(re.fullmatch(r"\s*[+-]?\d+\s*", e) for e in cvd.split(","))
+    if len({(g["name"], g["compute_capability"]) for g in gpus}) > 1 and order == "FASTEST_FIRST" and by_index:
         notes.append("mixed node and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA's fastest-first order is "
                      "approximated by NVML's (PCI bus) order and may differ; set CUDA_DEVICE_ORDER=PCI_BUS_ID "
                      "for an exact mapping")

@@ -127,6 +127,7 @@ def test_uuid_entries_and_unique_prefixes(mixed) -> None:
     node = read_node(mixed, env=env)
     assert [(g.nvml_index, g.name) for g in node.gpus] == [(2, "NVIDIA H200"), (0, "NVIDIA B200")]
     assert node.rank_gpu.uuid == "GPU-h200bbbb-1111-2222-3333-444455556666"
+    assert node.notes == ()  # UUIDs name GPUs whatever CUDA's order: no fastest-first caveat
 
 
 def test_mig_ids_resolve_to_the_parent_gpu(mixed) -> None:
