@@ -419,9 +419,11 @@ def discover_node(catalog: Catalog, *, nvml: Any = None, env: Optional[Mapping[s
                   device_index: Optional[int] = None) -> tuple[NodeReading, tuple[DeviceFacts, ...]]:
     """The node reading and the facts of each distinct visible GPU (one per product and capability)."""
     node = read_node(nvml, env=env, device_index=device_index)
-    facts = tuple(facts_from_nvml_reading(g.reading(node.device_count, node.driver_version), catalog)
-                  for g in node.distinct())
-    return node, facts
+    facts: dict[tuple[str, str], DeviceFacts] = {}
+    for g in node.distinct():  # two products the catalog files under one name count once (fleet labels are names)
+        f = facts_from_nvml_reading(g.reading(node.device_count, node.driver_version), catalog)
+        facts.setdefault((f.name, f.device_class), f)
+    return node, tuple(facts.values())
 
 
 def mixed_node(catalog: Catalog, device: Any, *, nvml: Any = None,

@@ -291,3 +291,13 @@ def test_torch_fallback_is_asked_for_the_ranks_index() -> None:
     assert asked == [5, 2] and (dev.name, dev.source) == ("h200", "torch")
     with pytest.raises(InputError, match="LOCAL_RANK: 'x' is not valid"):
         discover(load_catalog(), nvml=NoDriver([]), env={"LOCAL_RANK": "x"}, torch_reader=torch_reader)
+
+
+def test_same_class_different_products_is_a_mixed_node() -> None:
+    """An H100 next to an H200: one device class (sm90), two catalog devices; both are resolved."""
+    h200 = FakeNVML.from_fixture("nvml_h200.json").devices[0]
+    h100 = {**h200, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:3B:00.0",
+            "uuid": "GPU-h100aaaa-1111-2222-3333-444455556666", "memory_total_bytes": 85_520_809_984}
+    notes, devices = mixed_node(load_catalog(), "auto", nvml=FakeNVML([h200, h100]), env={})
+    assert [(d.name, d.device_class) for d in devices] == [("h200", "sm90"), ("h100", "sm90")]
+    assert "2 visible GPUs of 2 kinds" in notes[0]
