@@ -34,17 +34,16 @@ from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
 from nsa_policy.catalog.codes import CodeRegistry, load_codes
-from nsa_policy.engine.alternatives import ANY_PACKAGE, Alternatives, compile_alternatives
-from nsa_policy.engine.conditions import ConditionError, compile_condition
-from nsa_policy.engine.decision import OUTPUT_FIELDS, Level
-from nsa_policy.errors import InputError, RuleFileError
-from nsa_policy.engine.namespace import all_paths, inputs_of, known_path
 from nsa_policy.catalog.paths import policy_dir
+from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
+from nsa_policy.engine.alternatives import ANY_PACKAGE, Alternatives, compile_alternatives
+from nsa_policy.engine.conditions import Check, ConditionError, Explain, compile_condition
+from nsa_policy.engine.decision import OUTPUT_FIELDS, Level
+from nsa_policy.engine.namespace import all_paths, inputs_of, known_path
 from nsa_policy.engine.schema_load import validate_doc
-from nsa_policy.errors import closest
 from nsa_policy.engine.yaml_lines import line_of, load_yaml
+from nsa_policy.errors import InputError, RuleFileError, closest
 
 STAGES = ("input", "not_dsa", "kv_cache", "backends", "threshold", "page_size", "layout", "validate")
 BUNDLE_FILE = "bundle.yaml"
@@ -171,6 +170,9 @@ class Assignment(NamedTuple):
 
 # ---------------------------------------------------------------- what a rule emits
 
+# A message template, compiled: literal text, and (fact path,) or ("alternatives",) placeholders.
+Template = tuple[Union[str, tuple[str]], ...]
+
 @dataclass(frozen=True)
 class FindingSpec:
     """A rule's compiled `emit`: the finding it adds when it fires."""
@@ -182,7 +184,7 @@ class FindingSpec:
     alternatives: Optional[Alternatives]
     suggest: Optional[str]  # a fact whose value gets a "did you mean" among the alternatives
     reads: tuple[str, ...]  # facts of the message, the suggestion and the alternatives
-    parts: tuple = field(repr=False, compare=False, default=())  # the template, compiled
+    parts: Template = field(repr=False, compare=False, default=())  # the template, compiled
 
     def render(self, ns: Mapping[str, Any], alternatives: tuple[str, ...]) -> str:
         out = []
@@ -211,19 +213,19 @@ class CompiledRule:
     description: str
     evidence: tuple[str, ...]
     origin: str  # file:line
-    check: Callable
-    explain: Callable
+    check: Check
+    explain: Explain
     reads: tuple[str, ...]  # fact paths of the condition
     sets: tuple[Assignment, ...]
     overwrite: bool
     emit: Optional[FindingSpec]
     when: Optional[Mapping[str, Any]] = field(default=None, repr=False, compare=False)  # the condition as written
     wins_over: tuple[str, ...] = ()
-    inputs: frozenset = frozenset()  # which of device, model, config, env, packages its outcome depends on
+    inputs: frozenset[str] = frozenset()  # which of device, model, config, env, packages its outcome depends on
     spec: Optional[RuleSpec] = field(default=None, repr=False, compare=False)  # the rule as written
     # The condition split for speed: top-level device.* tests (decided once per device) and the rest.
-    device_check: Optional[Callable] = field(default=None, repr=False, compare=False)
-    rest_check: Optional[Callable] = field(default=None, repr=False, compare=False)
+    device_check: Optional[Check] = field(default=None, repr=False, compare=False)
+    rest_check: Optional[Check] = field(default=None, repr=False, compare=False)
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -280,8 +282,8 @@ class CompiledBundle:
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.\-<>]*)\}")
 
 
-def _compile_message(text: str, err: Callable[[str], Exception]) -> tuple:
-    parts: list[Any] = []
+def _compile_message(text: str, err: Callable[[str], Exception]) -> Template:
+    parts: list[Union[str, tuple[str]]] = []
     pos = 0
     for m in _PLACEHOLDER.finditer(text):
         parts.append(text[pos:m.start()])
@@ -361,12 +363,16 @@ def release_bundle(name: str) -> Optional[str]:
     return max(below)[1]
 
 
+# (the rule as written, its YAML node for line numbers, the file it is in)
+_Entry = tuple[RuleSpec, Any, Path]
+
+
 class _Loader:
     def __init__(self, catalog: Catalog, codes: CodeRegistry):
         self.catalog = catalog
         self.codes = codes
 
-    def load(self, name_or_dir: str, seen: tuple[str, ...] = ()) -> tuple[BundleFile, dict, list[Path]]:
+    def load(self, name_or_dir: str, seen: tuple[str, ...] = ()) -> tuple[BundleFile, dict[str, list[_Entry]], list[Path]]:
         """Return the bundle header, stage → ordered rule list of (RuleSpec, data, path), files read."""
         folder = _bundle_path(name_or_dir)
         head_path = folder / BUNDLE_FILE
@@ -416,7 +422,7 @@ class _Loader:
         return head, stages, files
 
     def compile_rule(self, stage: str, rule: RuleSpec, data: Any, path: Path, compat: bool) -> CompiledRule:
-        def err(msg: str, loc: tuple = ()) -> RuleFileError:
+        def err(msg: str, loc: tuple[Any, ...] = ()) -> RuleFileError:
             return RuleFileError(str(path), line_of(data, list(loc)) or getattr(data, "line", None),
                                  f"rule {rule.id!r}: {msg}")
 
@@ -435,7 +441,7 @@ class _Loader:
         for out, value in (rule.set or {}).items():
             if out not in OUTPUT_FIELDS:
                 raise err(f"set: unknown output {out!r}; valid: {', '.join(OUTPUT_FIELDS)}", ("set", out))
-            compiled = _compile_value(out, value, lambda m: err(m, ("set", out)))
+            compiled = _compile_value(out, value, _at(err, ("set", out)))
             for b in _literal_backends(out, compiled):
                 if b not in self.catalog.backends:
                     raise err(f"set.{out}: unknown backend {b!r}; did you mean "
@@ -476,6 +482,13 @@ class _Loader:
                            reads=tuple(dict.fromkeys(reads)), parts=parts)
 
 
+def _at(err: Callable[[str, tuple[Any, ...]], RuleFileError], loc: tuple[Any, ...]) -> Callable[[str], RuleFileError]:
+    """The error function for one place in a rule."""
+    def at(message: str) -> RuleFileError:
+        return err(message, loc)
+    return at
+
+
 def _display(path: Path) -> str:
     """rules/policy/default/30-backends.yaml rather than an absolute path, when inside the shipped rules."""
     from nsa_policy.catalog.paths import rules_dir
@@ -486,7 +499,7 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def existing_from_same_file(entry: tuple, path: Path) -> bool:
+def existing_from_same_file(entry: _Entry, path: Path) -> bool:
     return entry[2] == path
 
 

@@ -19,7 +19,7 @@ Explain = Callable[[Namespace], "str | None"]  # None = holds; else why it does 
 class ConditionError(ValueError):
     """A malformed condition; `path` is the location inside the rule for file:line reporting."""
 
-    def __init__(self, message: str, path: tuple = ()):
+    def __init__(self, message: str, path: tuple[Any, ...] = ()):
         super().__init__(message)
         self.path = path
 
@@ -82,7 +82,7 @@ _SYMBOL = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 OPERATORS = ("eq", "ne", "in", "not_in", "gt", "ge", "lt", "le", "set", "version_ge", "version_lt")
 
 
-def _leaf(path: str, pred: Any, loc: tuple) -> tuple[Check, Explain, list[str]]:
+def _leaf(path: str, pred: Any, loc: tuple[Any, ...]) -> tuple[Check, Explain, list[str]]:
     if isinstance(pred, Mapping):
         if not pred:
             raise ConditionError(f"empty predicate for {path!r}", loc)
@@ -140,7 +140,7 @@ def conjuncts(cond: Any) -> list[tuple[str, Check]]:
     return [(f"{key}: {value}", compile_condition({key: value})[0]) for key, value in (cond or {}).items()]
 
 
-def compile_condition(cond: Any, loc: tuple = ()) -> tuple[Check, Explain, list[str]]:
+def compile_condition(cond: Any, loc: tuple[Any, ...] = ()) -> tuple[Check, Explain, list[str]]:
     """Compile a condition to (check, explain, fact paths it reads)."""
     if cond is None:
         return (lambda ns: True), (lambda ns: None), []
@@ -160,8 +160,7 @@ def compile_condition(cond: Any, loc: tuple = ()) -> tuple[Check, Explain, list[
         elif key == "not":
             c, e, p = compile_condition(value, here)
             paths.extend(p)
-            parts.append(((lambda ns, c=c: not c(ns)),
-                          (lambda ns, c=c: "negated condition holds" if c(ns) else None)))
+            parts.append(_negate(c))
         else:
             c, e, p = _leaf(str(key), value, here)
             paths.extend(p)
@@ -169,6 +168,15 @@ def compile_condition(cond: Any, loc: tuple = ()) -> tuple[Check, Explain, list[
     if len(parts) == 1:
         return parts[0][0], parts[0][1], paths
     return (*_combine("all", parts), paths)
+
+
+def _negate(c: Check) -> tuple[Check, Explain]:
+    def check(ns: Namespace) -> bool:
+        return not c(ns)
+
+    def explain(ns: Namespace) -> str | None:
+        return "negated condition holds" if c(ns) else None
+    return check, explain
 
 
 def _combine(kind: str, parts: list[tuple[Check, Explain]]) -> tuple[Check, Explain]:

@@ -17,9 +17,17 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
-from nsa_policy.engine.bundle import STAGES, CompiledBundle, CompiledRule, ValueSpec
-from nsa_policy.engine.decision import (DECISION_OUTPUTS, Decision, Finding, Provenance, RuntimeThresholds,
-                                        TraceEntry, model_detail)
+from nsa_policy.engine.bundle import STAGES, CompiledBundle, CompiledRule, FindingSpec, FromFact, ValueSpec
+from nsa_policy.engine.conditions import Check
+from nsa_policy.engine.decision import (
+    DECISION_OUTPUTS,
+    Decision,
+    Finding,
+    Provenance,
+    RuntimeThresholds,
+    TraceEntry,
+    model_detail,
+)
 from nsa_policy.engine.facts import Facts
 from nsa_policy.engine.namespace import FactNamespace, build_namespace, threshold_detail
 
@@ -27,6 +35,10 @@ _USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--
                  ("decode_backend", "--nsa-decode-backend"), ("page_size", "--page-size"))
 _DSA_STAGES = tuple(s for s in STAGES if s != "not_dsa")
 _OUTPUT_KEYS = tuple((f, "out." + f) for f in DECISION_OUTPUTS)
+# Per output a rule sets: (output, "out.<output>", "prov.<output>", value spec, provenance when it replaces nothing)
+Targets = tuple[tuple[str, str, str, ValueSpec, Provenance], ...]
+# An output set: (output, value, (the value it replaced,) or None)
+Changed = tuple[str, Any, Optional[tuple[Any]]]
 
 
 @lru_cache(maxsize=1024)
@@ -90,26 +102,30 @@ def _seed_user_values(ev: _Evaluation) -> None:
         prov["dense_attn_kv_len_threshold"] = _provenance(source, threshold_detail(ns) or "", None)
 
 
-def _targets(rule: CompiledRule) -> tuple:
+def _targets(rule: CompiledRule) -> Targets:
     """Per output the rule sets: (output, its out./prov. keys, the value spec, the provenance it gives
     when it replaces nothing). Computed once per plan, not per evaluation."""
     out = []
     for name, spec in rule.sets:
-        detail = model_detail(spec.fact, rule.id) if spec.source == "model" else rule.id  # type: ignore[attr-defined]
-        out.append((name, "out." + name, "prov." + name, spec, _provenance(spec.source, detail, None)))
+        if isinstance(spec, FromFact) and spec.source == "model":
+            fresh = _provenance("model", model_detail(spec.fact, rule.id), None)
+        else:
+            fresh = _provenance("rule", rule.id, None)
+        out.append((name, "out." + name, "prov." + name, spec, fresh))
     return tuple(out)
 
 
-def _apply_sets(ev: _Evaluation, rule: CompiledRule, targets: tuple) -> tuple[list, list, list]:
+def _apply_sets(ev: _Evaluation, rule: CompiledRule,
+                targets: Targets) -> tuple[list[Changed], list[tuple[str, Any]], list[str]]:
     """Set the rule's outputs that are still unset (all of them for an `overwrite` rule).
 
     Returns (changed, blocked, none_valid): (output, value, (the value it replaced,) or None) for
     each output set, (output, value already there) for each left alone, and the outputs no
     candidate runs here for."""
     ns, prov = ev.ns, ev.prov
-    changed: list = []
-    blocked: list = []
-    none_valid: list = []
+    changed: list[Changed] = []
+    blocked: list[tuple[str, Any]] = []
+    none_valid: list[str] = []
     for out, key, prov_key, spec, fresh in targets:
         current = ns[key]
         if current is not None and not rule.overwrite:
@@ -132,46 +148,45 @@ def _apply_sets(ev: _Evaluation, rule: CompiledRule, targets: tuple) -> tuple[li
     return changed, blocked, none_valid
 
 
-def _emit(ev: _Evaluation, rule: CompiledRule) -> Finding:
+def _emit(ev: _Evaluation, rule: CompiledRule, spec: FindingSpec) -> Finding:
     """Add the rule's finding, its message filled in and its alternatives listed."""
-    spec = rule.emit
-    alts = spec.alternatives.values(ev.ns, ev.catalog) if spec.alternatives else ()  # type: ignore[union-attr]
+    alts = spec.alternatives.values(ev.ns, ev.catalog) if spec.alternatives else ()
     finding = Finding.model_construct(code=spec.code, level=spec.level, message=spec.render(ev.ns, alts),
                                       rule=rule.id, fields=spec.fields, alternatives=alts, evidence=rule.evidence)
     ev.findings[spec.level].append(finding)
     return finding
 
 
-def _fire(ev: _Evaluation, rule: CompiledRule, targets: tuple) -> None:
+def _fire(ev: _Evaluation, rule: CompiledRule, targets: Targets) -> None:
     """A rule whose condition holds: set, then emit; trace what happened."""
     outcome, why = "fired" if targets else "emitted", ""
     if targets:
         changed, blocked, none_valid = _apply_sets(ev, rule, targets)
-        if ev.trace:
-            held = "; ".join(f"{out} already {cur!r} ({ev.ns['prov.' + out]})" for out, cur in blocked)
-            if changed:
+        if changed:
+            if ev.trace:
                 why = "set " + ", ".join(f"{out}={value!r}" + (f" over {before[0]!r}" if before else "")
                                          for out, value, before in changed)
-            else:
+        else:
+            if ev.trace:
+                why = "; ".join(f"{out} already {cur!r} ({ev.ns['prov.' + out]})" for out, cur in blocked)
                 ev.note(rule, "already_set" if blocked else "no_valid_candidate",
-                        held or f"no candidate runs here for {', '.join(none_valid)}")
-                why = held
-        if not changed:
+                        why or f"no candidate runs here for {', '.join(none_valid)}")
             if not rule.emit:
                 return
-            outcome = "emitted"
-    if rule.emit:
-        finding = _emit(ev, rule)
+            outcome = "emitted"  # a finding still follows
+    if rule.emit is not None:
+        finding = _emit(ev, rule, rule.emit)
         if ev.trace:
             why = (why + "; " if why else "") + f"{finding.code}: {finding.message}"
     if ev.trace:
         ev.note(rule, outcome, why)
 
 
-_PLANS: dict = {}
+Plan = dict[str, tuple[tuple[CompiledRule, Optional[Check], Targets], ...]]
+_PLANS: dict[tuple[Any, ...], Plan] = {}
 
 
-def _plan(bundle: CompiledBundle, ns: FactNamespace, device: Any, trace: bool) -> dict[str, tuple]:
+def _plan(bundle: CompiledBundle, ns: FactNamespace, device: Any, trace: bool) -> Plan:
     """Per stage, (rule, test, targets). With a trace, every rule under its full condition; without,
     only the rules whose top-level device tests hold on this device (decided once per device), under
     the rest of their condition (None: nothing left to test)."""
@@ -190,7 +205,7 @@ def _plan(bundle: CompiledBundle, ns: FactNamespace, device: Any, trace: bool) -
     return plan
 
 
-def _run_stage(ev: _Evaluation, steps: tuple) -> None:
+def _run_stage(ev: _Evaluation, steps: tuple[tuple[CompiledRule, Optional[Check], Targets], ...]) -> None:
     ns, trace = ev.ns, ev.trace
     for rule, test, targets in steps:
         if test is not None and not test(ns):

@@ -90,10 +90,10 @@ def outputs_read(path: str) -> tuple[str, ...]:
     return _LAZY_OUTPUTS.get(path, ())
 
 
-class FactNamespace(dict):
+class FactNamespace(dict[str, Any]):
     __slots__ = ("catalog", "packages")
 
-    def __init__(self, catalog: Catalog, packages: dict):
+    def __init__(self, catalog: Catalog, packages: dict[str, str]):
         super().__init__()
         self.catalog = catalog
         self.packages = packages
@@ -148,7 +148,7 @@ _LAZY_OUTPUTS: dict[str, tuple[str, ...]] = {
 
 
 @lru_cache(maxsize=256)
-def _device_part(d: DeviceFacts) -> dict:
+def _device_part(d: DeviceFacts) -> dict[str, Any]:
     cc = d.compute_capability
     return {"device.name": d.name, "device.class": d.device_class, "device.vendor": d.vendor,
             "device.major": cc[0] if cc else None, "device.minor": cc[1] if cc else None,
@@ -156,7 +156,7 @@ def _device_part(d: DeviceFacts) -> dict:
 
 
 @lru_cache(maxsize=256)
-def _model_part(m: ModelFacts) -> dict:
+def _model_part(m: ModelFacts) -> dict[str, Any]:
     return {"model.id": m.model_id, "model.family": m.family, "model.architecture": m.architecture,
             "model.index_topk": m.index_topk, "model.num_attention_heads": m.num_attention_heads,
             "model.is_dsa": m.family is not None, "model.learnable_sink": m.learnable_sink,
@@ -170,7 +170,7 @@ def _model_part(m: ModelFacts) -> dict:
 
 
 @lru_cache(maxsize=256)
-def _catalog_device_part(d: DeviceFacts, catalog: Catalog) -> dict:
+def _catalog_device_part(d: DeviceFacts, catalog: Catalog) -> dict[str, Any]:
     # Facts the catalog derives for this device: whether the matrix has DSA kernels for its class,
     # and sglang's dense MHA one-shot gate (devices.yaml mha_one_shot) for its capability.
     return {"device.runs_dsa": catalog.runs_dsa(d.device_class),
@@ -181,7 +181,7 @@ _UNSET_OUTPUTS = {f"{kind}.{f}": None for f in OUTPUT_FIELDS for kind in ("out",
 _CONFIG_KEYS = tuple((f"config.{name}", name) for name in ServingConfig.model_fields)
 
 
-def device_part(d: DeviceFacts, catalog: Optional[Catalog] = None) -> dict:
+def device_part(d: DeviceFacts, catalog: Optional[Catalog] = None) -> dict[str, Any]:
     """The `device.*` facts of a device (with a catalog, also those the catalog derives for it)."""
     if catalog is None:
         return _device_part(d)
@@ -247,5 +247,6 @@ def threshold_detail(ns: FactNamespace) -> Optional[str]:
     if src == "flag":
         return "--dense-attn-kv-len-threshold"
     if src == "env":
-        return ns["env.threshold_env_var"]
+        var: Optional[str] = ns["env.threshold_env_var"]
+        return var
     return None

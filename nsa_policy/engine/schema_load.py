@@ -6,8 +6,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from nsa_policy.errors import RuleFileError, closest
 from nsa_policy.engine.yaml_lines import line_of, load_yaml
+from nsa_policy.errors import RuleFileError, closest
 
 M = TypeVar("M", bound=BaseModel)
 

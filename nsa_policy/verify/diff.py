@@ -20,7 +20,6 @@ from nsa_policy.verify.run import RECORD_FIELDS, record_of, run_space
 from nsa_policy.verify.space import Space, standard_space
 
 
-
 @dataclass
 class ChangeClass:
     kind: str  # output | code-added | code-removed | status
@@ -156,9 +155,9 @@ def region_of(c: ChangeClass, dimensions: dict) -> dict:
     for dim, labels in c.region.items():
         order: list = []
         for block in sorted(c.blocks):
-            order.extend(l for l in dimensions.get(block, {}).get(dim, []) if l not in order)
+            order.extend(label for label in dimensions.get(block, {}).get(dim, []) if label not in order)
         if not set(order) <= labels:
-            out[dim] = [l for l in order if l in labels] + sorted(labels - set(order))
+            out[dim] = [label for label in order if label in labels] + sorted(labels - set(order))
     return out
 
 
@@ -247,7 +246,7 @@ def load_inputs(path: str) -> list[dict]:
 
 # ---------------------------------------------------------------- rendering
 
-def _region_text(region: dict, report: Optional["DiffReport"] = None, c: Optional[ChangeClass] = None) -> str:
+def _region_text(region: dict, report: Optional[DiffReport] = None, c: Optional[ChangeClass] = None) -> str:
     if not region:
         return "every input of the space"
     parts = []
@@ -255,8 +254,8 @@ def _region_text(region: dict, report: Optional["DiffReport"] = None, c: Optiona
         universe: list = []
         if report is not None and c is not None:
             for block in sorted(c.blocks):
-                universe.extend(l for l in report.dimensions.get(block, {}).get(dim, []) if l not in universe)
-        rest = [l for l in universe if l not in labels]
+                universe.extend(label for label in report.dimensions.get(block, {}).get(dim, []) if label not in universe)
+        rest = [label for label in universe if label not in labels]
         if rest and len(rest) < len(labels):
             parts.append(f"{dim} ∉ {{{', '.join(rest)}}}")
         else:

@@ -22,13 +22,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from nsa_policy.engine.bundle import CompiledBundle, compile_bundle, get_bundle
-from nsa_policy.catalog.store import load_catalog
 from nsa_policy.catalog.codes import load_codes
-from nsa_policy.errors import RuleFileError
+from nsa_policy.catalog.store import load_catalog
+from nsa_policy.engine.bundle import CompiledBundle, compile_bundle, get_bundle
 from nsa_policy.engine.evaluator import evaluate
+from nsa_policy.errors import RuleFileError
 from nsa_policy.verify.invariants import INVARIANTS
-from nsa_policy.verify.references import (code_problems, declared_wins, evidence_basis, literal_problems, wins_over_problems)
+from nsa_policy.verify.references import code_problems, declared_wins, evidence_basis, literal_problems, wins_over_problems
 from nsa_policy.verify.run import RECORD_FIELDS, SpaceRun, near_misses, run_space
 from nsa_policy.verify.space import FactsBuilder, Space, standard_space
 
@@ -184,7 +184,7 @@ def dynamic_issues(bundle: CompiledBundle, space: Space, run: SpaceRun, policy: 
     for missing, agg in sorted(run.undecided.items()):
         out.append(Issue("undecided", ",".join(missing), f"accepted with {', '.join(missing)} unset",
                          agg.count, ex(agg.example)))
-    for (name, detail), agg in sorted(run.violations.items()):
+    for (name, _detail), agg in sorted(run.violations.items()):
         out.append(Issue("invariant", name, f"{INVARIANTS[name]}: {agg.info}", agg.count, ex(agg.example)))
     out.extend(_rejections_without_alternatives(bundle, space, run, policy))
     return out
@@ -299,8 +299,8 @@ def render_coverage(cov: dict) -> list[str]:
 
 
 def render_markdown(report: CheckReport) -> str:
-    lines = [f"## check `{report.bundle}`", "",
-             f"{report.inputs} inputs, {len(report.rules)} rules, {'no findings' if report.ok else str(len(report.issues)) + ' findings'}.", ""]
+    found = "no findings" if report.ok else f"{len(report.issues)} findings"
+    lines = [f"## check `{report.bundle}`", "", f"{report.inputs} inputs, {len(report.rules)} rules, {found}.", ""]
     for issue in report.issues:
         lines.append(f"- **{issue.kind}** `{issue.subject}`: {issue.message}")
         if issue.example:

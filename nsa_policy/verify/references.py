@@ -11,13 +11,13 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from nsa_policy.catalog.codes import CodeRegistry
+from nsa_policy.catalog.store import KV_DTYPES, Catalog
 from nsa_policy.engine.bundle import CompiledBundle, CompiledRule, Fixed
 from nsa_policy.engine.conditions import leaves
-from nsa_policy.catalog.store import KV_DTYPES, Catalog
-from nsa_policy.catalog.codes import CodeRegistry
+from nsa_policy.engine.yaml_lines import load_yaml
 from nsa_policy.errors import closest
 from nsa_policy.inputs import PACKAGES
-from nsa_policy.engine.yaml_lines import load_yaml
 
 # A description that cites where its behaviour comes from counts as evidence.
 CITATION = re.compile(r"(sglang|flashinfer|vllm)\s*(PR\s*)?#\d+|PR\s*#\d+|POLICY\.md|rules/catalog|flashinfer\s*>=",

@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
+from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.engine.conditions import conjuncts
 from nsa_policy.engine.decision import DECISION_OUTPUTS, RECORDED_FIELDS
 from nsa_policy.engine.evaluator import evaluate
@@ -188,7 +188,7 @@ class Agg:
         if _better(self.best, key):
             self.best, self.info = key, info
 
-    def merge(self, other: "Agg") -> None:
+    def merge(self, other: Agg) -> None:
         self.count += other.count
         if other.best is not None and _better(self.best, other.best):
             self.best, self.info = other.best, other.info
@@ -225,7 +225,7 @@ class SpaceRun:
     violations: dict = field(default_factory=dict)  # (invariant, detail) → Agg(info=message)
     no_alternatives: list = field(default_factory=list)  # (index, fault dims, error rules): rejected, none listed
 
-    def merge(self, other: "SpaceRun") -> None:
+    def merge(self, other: SpaceRun) -> None:
         """Append a later range (ranges are merged in index order)."""
         self.records.extend(other.records)
         self.complexity.extend(other.complexity)

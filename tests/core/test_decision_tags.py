@@ -9,8 +9,18 @@ import pytest
 from nsa_policy import build_facts, decide
 from nsa_policy.commands._render import render_explain, render_table
 from nsa_policy.engine.bundle import get_bundle
-from nsa_policy.engine.decision import (AGREED_FIELDS, DECISION_OUTPUTS, OUTPUT_FIELDS, RECORDED_FIELDS,
-                                        SHOWN_FIELDS, Decision, RuntimeThresholds, Tags, field_title, tagged)
+from nsa_policy.engine.decision import (
+    AGREED_FIELDS,
+    DECISION_OUTPUTS,
+    OUTPUT_FIELDS,
+    RECORDED_FIELDS,
+    SHOWN_FIELDS,
+    Decision,
+    RuntimeThresholds,
+    Tags,
+    field_title,
+    tagged,
+)
 from nsa_policy.engine.namespace import known_path
 from nsa_policy.integration.fleet import agreement_digest, agreement_view
 from nsa_policy.verify.run import record_of

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from nsa_policy.catalog.store import load_catalog
 from nsa_policy.engine.alternatives import KINDS, compile_alternatives
-from nsa_policy.engine.bundle import CompiledBundle, FirstValid, Fixed, FromFact, concrete_bundles, get_bundle
+from nsa_policy.engine.bundle import FirstValid, Fixed, FromFact, concrete_bundles, get_bundle
 from nsa_policy.engine.decision import OUTPUT_FIELDS, Decision
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.facts import Facts
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUNDLES = concrete_bundles()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _sample() -> tuple[Facts, ...]:
     """Facts from every 97th point of the standard space (all devices, models, flags and dtypes appear)."""
     bundles = [get_bundle(b) for b in BUNDLES]
