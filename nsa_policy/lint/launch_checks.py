@@ -11,8 +11,9 @@ from nsa_policy.catalog.codes import load_codes
 from nsa_policy.catalog.store import Catalog, load_catalog
 from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles
 from nsa_policy.engine.decision import Finding
-from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts
+from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts, ServingConfig
 from nsa_policy.errors import InputError, closest
+from nsa_policy.inputs import ATTN_DP_NAMES
 from nsa_policy.lint.flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
 from nsa_policy.lint.report import Arg, Diagnostic, Hint, Launch, Location
 from nsa_policy.versions import parse_version
@@ -112,6 +113,9 @@ class Checker:
             by_canonical.setdefault(info.canonical, []).append((arg, info))
             if info.field:
                 by_field.setdefault(info.field, []).append(arg)
+            elif (hit := self.reg.args.lookup(arg.spelling)) and hit[0].name in ATTN_DP_NAMES:
+                # --attn-dp-size N (0.5.22+): the library reads it as DP attention of width N
+                by_field.setdefault(hit[0].name, []).append(arg)
         for seen in by_canonical.values():
             first = seen[0][0]
             for arg, _ in seen[1:]:
@@ -182,7 +186,8 @@ class Checker:
         release = str(args._rel(t.version))
         target = Target(version, release, f"sglang {version} from {source}")
         if not t.known:
-            out.append(self.diag("NSA414", f"{t.note} [{target.why}]", loc or launch.loc))
+            here = loc if loc is not None and loc.path == launch.path else launch.loc  # a pin may sit in requirements.txt
+            out.append(self.diag("NSA414", f"{t.note} [{target.why}]", here))
         return target
 
     def _release_spelling(self, arg: Arg, target: Target) -> list[Diagnostic]:
@@ -256,7 +261,8 @@ class Checker:
                 out.append(self.diag("NSA409", f"{arg.spelling} depends on {arg.unresolved}, which this file does not "
                                                f"set; checks on this argument were skipped", arg.loc))
                 continue
-            value, problem = _convert(field, arg.value)
+            kind = field_kind(field) if field in ServingConfig.model_fields else self.reg.args.argument(field).type
+            value, problem = _convert(kind, arg.value)
             if problem:
                 out.append(self.diag("NSA406", f"{arg.spelling} {_show(arg.value)}: {problem}", arg.loc))
                 continue
@@ -453,8 +459,7 @@ def _installed(h: Hint) -> bool:
     return h.source.startswith(("image tag ", "pin "))
 
 
-def _convert(field: str, value: Any) -> tuple[Any, Optional[str]]:
-    kind = field_kind(field)
+def _convert(kind: str, value: Any) -> tuple[Any, Optional[str]]:
     if kind == "bool":
         if value is True or value is None:
             return True, None

@@ -15,7 +15,7 @@ from nsa_policy.lint.extract_shell import scan_shell
 from nsa_policy.lint.extract_structured import Structured
 from nsa_policy.lint.launch_checks import Checker, LintOptions
 from nsa_policy.lint.report import Diagnostic, FileScan, Hint, Location
-from nsa_policy.lint.text import LineIndex, comment_hints
+from nsa_policy.lint.text import LineIndex, comment_hints, requirements_pins
 from nsa_policy.lint.tree import ParseError, json_document, toml_document, yaml_documents
 from nsa_policy.safe_io import UnsafeInput, read_bytes
 
@@ -129,6 +129,7 @@ def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
         return FileScan(path)
     hints, bad = comment_hints(text, index, path)
     hints += _dsa_spelling(scan)
+    hints += requirements_pins(base_dir, path)  # after the file's own: a tag or pin in the file wins
     for la in scan.launches:
         la.hints = hints + la.hints
     from nsa_policy.catalog.codes import load_codes

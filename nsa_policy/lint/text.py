@@ -1,6 +1,7 @@
 """Offsets to line:column, and the `nsa-policy: key=value` hints a file may carry in comments."""
 from __future__ import annotations
 
+import os
 import re
 from bisect import bisect_right
 
@@ -59,3 +60,32 @@ def comment_hints(text: str, index: LineIndex, path: str) -> tuple[list[Hint], l
         for m in _PIN.finditer(text):
             hints.append(Hint("sglang", m.group(1), index.loc(path, m.start()), f"pin sglang=={m.group(1)}"))
     return hints, bad
+
+
+REQUIREMENTS = "requirements.txt"
+
+
+def requirements_pins(base_dir: str, path: str) -> list[Hint]:
+    """The sglang pin of a requirements.txt beside the file (the image or venv the launch runs in is
+    built from it). Weaker than the file's own hints, tags and pins, which come first in the list."""
+    from nsa_policy.errors import InputError
+    from nsa_policy.safe_io import read_text
+
+    full = os.path.join(base_dir, REQUIREMENTS)
+    if not os.path.isfile(full):
+        return []
+    try:
+        text = read_text(full, field="requirements")
+    except (InputError, OSError):
+        return []  # unreadable: no pin, the file's own checks still run
+    if "sglang" not in text:
+        return []
+    shown = os.path.join(os.path.dirname(path), REQUIREMENTS)
+    index = LineIndex(text)
+    out = []
+    for m in _PIN.finditer(text):
+        loc = index.loc(shown, m.start())
+        if text[index.starts[loc.line - 1]:m.start()].lstrip().startswith("#"):
+            continue  # a commented-out pin
+        out.append(Hint("sglang", m.group(1), loc, f"pin sglang=={m.group(1)} in {shown}"))
+    return out

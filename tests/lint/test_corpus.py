@@ -50,6 +50,8 @@ EXPECTED = {
     "release/deployment-cp.yaml": [("NSA410", 19), ("NSA410", 20)],
     # 0.5.16 (hint comment): the same CP flags are deprecated aliases of --enable-prefill-cp/--cp-strategy.
     "release/compose-cp.yaml": [("NSA412", 9), ("NSA412", 10)],
+    # 0.5.21 pinned in the requirements.txt beside the script: --attn-dp-size comes in 0.5.22.
+    "pinned/serve.sh": [("NSA410", 6)],
     # 0.5.21 (hint comment) does not read the old threshold variable at all.
     "release/sglang.env": [("NSA405", 3), ("NSA408", 3), ("NSA411", 3)],
     "broken/values.yaml": [("NSA404", 4)],
@@ -105,7 +107,7 @@ def test_clean_twin_exits_zero(name: str) -> None:
 def test_clean_corpus_has_no_errors_or_warnings() -> None:
     report = lint_paths([str(CLEAN)])
     assert [d for d in report.diagnostics if d.level != "info"] == []
-    assert report.launches == 15
+    assert report.launches == 16
 
 
 def test_unparsable_file_does_not_stop_the_run() -> None:
@@ -126,6 +128,8 @@ def test_release_findings_say_how_the_release_was_inferred(bad_report) -> None:
     assert "sglang 0.5.13 from pin sglang==0.5.13 at line 4" in by[("release/serve_0513.sh", "NSA413", 8)].message
     assert "from hint comment 'nsa-policy: sglang=0.5.16' at line 1" in by[("release/compose-cp.yaml", "NSA412", 9)].message
     assert by[("release/compose-cp.yaml", "NSA412", 9)].alternatives == ("--enable-prefill-cp",)
+    pinned = by[("pinned/serve.sh", "NSA410", 6)].message
+    assert "sglang 0.5.21 from pin sglang==0.5.21 in " in pinned and "requirements.txt at line 3" in pinned
     assert by[("release/sglang.env", "NSA411", 3)].alternatives == ("SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",)
     # a variable the release ignores is never reported as a threshold "kept as given" / "from env"
     for d in bad_report.diagnostics:
@@ -133,7 +137,7 @@ def test_release_findings_say_how_the_release_was_inferred(bad_report) -> None:
             assert "kept as given" not in d.message and "from env" not in d.message
 
 
-@pytest.mark.parametrize("name", sorted(n for n in EXPECTED if n.startswith("release/")))
+@pytest.mark.parametrize("name", sorted(n for n in EXPECTED if n.startswith(("release/", "pinned/"))))
 def test_the_same_launch_for_a_release_that_accepts_it_has_no_release_finding(name: str) -> None:
     report = lint_paths([str(CLEAN / name)])
     assert [d for d in report.diagnostics if d.code in ("NSA410", "NSA411", "NSA412", "NSA413", "NSA414")] == []

@@ -142,3 +142,20 @@ def test_lint_code_holds_no_release_numbers() -> None:
     for name in ("launch_checks.py", "flags.py", "text.py"):
         code = "\n".join(ln.split("#", 1)[0] for ln in (root / name).read_text().splitlines())  # comments may cite
         assert not re.search(r"\b0\.\d+\.\d+\b", code), name
+
+
+def test_attn_dp_size_is_read_as_the_attention_dp_width(tmp_path) -> None:
+    newest = load_args().newest
+    head = f"# nsa-policy: device=h200\npython -m sglang.launch_server --model-path {DS} --tp-size 8"
+    plain = findings(lint_text(tmp_path, "a.sh", head + "\n", sglang_version=newest))
+    assert ("NSA205", 2) in plain  # 16 heads per rank, padded
+    assert findings(lint_text(tmp_path, "b.sh", head + " --attn-dp-size 8\n", sglang_version=newest)) == []
+
+
+def test_a_pin_in_the_file_comes_before_the_requirements_beside_it(tmp_path) -> None:
+    args = load_args()
+    (tmp_path / "requirements.txt").write_text(f"sglang=={args.oldest}\n")
+    text = f"python -m sglang.launch_server --model-path {DS} --nsa-prefill-backend trtllm\n"
+    assert release_findings(lint_text(tmp_path, "a.sh", text)) == []  # the oldest release spells --nsa-*
+    r = lint_text(tmp_path, "b.sh", f"pip install sglang=={args.newest}\n" + text)
+    assert ("NSA410", 2) in findings(r)
