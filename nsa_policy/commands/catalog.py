@@ -101,7 +101,7 @@ def policies(as_json: bool = typer.Option(False, "--json")) -> None:
                 continue  # older than every release bundle
             if owner is not None:
                 answers.setdefault(owner, []).append(release)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in concrete_bundles():
             b = get_bundle(name)
             rows.append({"name": b.name, "digest": b.digest, "compat": b.compat, "extends": list(b.chain[:-1]),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -24,9 +24,9 @@ def _format(fmt: str, allowed: tuple[str, ...], as_json: bool):
 
 
 def check(
-    policy: Optional[List[str]] = typer.Option(None, "--policy",
+    policy: Optional[list[str]] = typer.Option(None, "--policy",
                                                help="Bundle name or rule folder (repeatable; default: every shipped bundle)."),
-    cases: Optional[List[str]] = typer.Option(None, "--cases", help="Case files or folders: report which rules they exercise."),
+    cases: Optional[list[str]] = typer.Option(None, "--cases", help="Case files or folders: report which rules they exercise."),
     fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: up to 2)."),
@@ -34,8 +34,8 @@ def check(
     """Check bundles over the whole enumerated input space; exit 1 on any finding."""
     from nsa_policy.engine.bundle import concrete_bundles
     from nsa_policy.errors import NsaPolicyError
-    from nsa_policy.verify.exhaustive import check_bundle, render_json, render_markdown, render_text
     from nsa_policy.verify.coverage import load_case_files
+    from nsa_policy.verify.exhaustive import check_bundle, render_json, render_markdown, render_text
 
     fmt = "json" if as_json else fmt
     _format(fmt, ("text", "markdown", "json"), fmt == "json")
@@ -43,7 +43,7 @@ def check(
         loaded = load_case_files(list(cases)) if cases else None
         reports = [check_bundle(p, workers=workers, cases=loaded) for p in (policy or concrete_bundles())]
     except NsaPolicyError as exc:
-        raise fail_usage(exc, fmt == "json")
+        raise fail_usage(exc, fmt == "json") from None
     if fmt == "json":
         print(render_json(reports))
     else:
@@ -63,8 +63,8 @@ def diff(
 ) -> None:
     """Every input whose decision differs between two bundles, grouped into change classes."""
     from nsa_policy.errors import NsaPolicyError
-    from nsa_policy.verify.exhaustive import load_for_check
     from nsa_policy.verify.diff import diff_inputs, diff_space, load_inputs, render_json, render_markdown, render_text
+    from nsa_policy.verify.exhaustive import load_for_check
 
     fmt = "json" if as_json else fmt
     _format(fmt, ("text", "markdown", "json"), fmt == "json")
@@ -75,7 +75,7 @@ def diff(
         else:
             report = diff_space(ba, bb, workers=workers, policy_a=a, policy_b=b)
     except NsaPolicyError as exc:
-        raise fail_usage(exc, fmt == "json")
+        raise fail_usage(exc, fmt == "json") from None
     text = {"json": render_json, "markdown": render_markdown, "text": render_text}[fmt](report)
     if out:
         out.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
@@ -104,11 +104,11 @@ def matrix(
                 import matplotlib  # noqa: F401
             except ModuleNotFoundError:
                 print("nsa-policy: error: drawing the matrix needs matplotlib (pip install matplotlib)", file=sys.stderr)
-                raise typer.Exit(2)
-            for kind, path in write_all(out_dir, policy).items():
+                raise typer.Exit(2) from None
+            for path in write_all(out_dir, policy).values():
                 print(f"wrote {path}")
             raise typer.Exit(EXIT_OK)
         data = matrix_data(policy)
     except NsaPolicyError as exc:
-        raise fail_usage(exc, fmt == "json")
+        raise fail_usage(exc, fmt == "json") from None
     print(json.dumps(data) if fmt == "json" else render_markdown(data, image=image), end="" if fmt != "json" else "\n")

@@ -195,6 +195,7 @@ def _cuda_order(env: Mapping[str, str]) -> Literal["FASTEST_FIRST", "PCI_BUS_ID"
 def _match_uuid(entry: str, gpus: list[dict[str, Any]], cvd: str) -> tuple[dict[str, Any], Optional[str]]:
     """A `GPU-…` / `MIG-…` entry (unique prefix, as CUDA allows) → (the GPU, the MIG id or None)."""
     key = entry.lower()
+    hits: list[tuple[dict[str, Any], Optional[str]]]
     if key.startswith("mig-gpu-"):  # the pre-R470 MIG form: MIG-GPU-<gpu uuid>/<gi>/<ci>
         parent, _, rest = entry[4:].partition("/")
         if not rest:

@@ -19,8 +19,8 @@ from typing import Any, Optional
 from pydantic import Field
 
 from nsa_policy.engine.decision import Decision
-from nsa_policy.errors import NsaPolicyError
 from nsa_policy.engine.facts import Frozen
+from nsa_policy.errors import NsaPolicyError
 from nsa_policy.integration.fleet import agreement_view, describe_split, split_fields, view_digest
 
 
@@ -93,8 +93,8 @@ def disagreement_message(records: list[RankDecision]) -> str:
         lines.append(f"  decision {n} (digest {digest}) on {_ranks([m.rank for m in members])}: {'; '.join(devices)}")
     fields = split_fields([r.view for r in records])
     lines.append("  fields that differ:")
-    members = [(_ranks([r.rank for r in g]), g[0].view) for g in groups.values()]
-    lines.extend("    " + line for line in describe_split(members, fields))
+    split = [(_ranks([r.rank for r in g]), g[0].view) for g in groups.values()]
+    lines.extend("    " + line for line in describe_split(split, fields))
     policies = {(r.policy, r.policy_digest) for r in records}
     if len(policies) > 1:
         lines.append("  policies differ too: " + "; ".join(

@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from pydantic import Field
 
 from nsa_policy.engine.decision import AGREED_FIELDS, Decision
-from nsa_policy.errors import InputError
 from nsa_policy.engine.facts import Frozen
+from nsa_policy.errors import InputError
 
 # What every rank of one deployment must share, in the order differences are reported: the Decision
 # fields tagged `agreed` (nsa_policy.engine.decision), errors as their codes.

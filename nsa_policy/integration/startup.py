@@ -75,7 +75,8 @@ class Applied(Frozen):
     previous: dict[str, Any] = Field(default_factory=dict, description="attribute → its unset value before (None or 'auto')")
     env_set: dict[str, str] = Field(default_factory=dict, description="environment variable → value set")
     kept: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="attribute → {explicit, decided}: an explicit value the decision differs from, left as is")
+        default_factory=dict,
+        description="attribute → {explicit, decided}: an explicit value the decision differs from, left as is")
     release: Optional[TargetRelease] = Field(default=None, description="the sglang release served, and how it was found")
     notes: tuple[str, ...] = Field(
         default=(), description="what apply noticed about the release (an ignored variable, a guessed release)")
@@ -107,7 +108,8 @@ class _Args:
         try:
             setattr(self.target, name, value)
         except (AttributeError, TypeError) as exc:  # frozen dataclass, slots, read-only property
-            raise InputError(f"server_args.{name}", value, hint=f"cannot be written on {type(self.target).__name__}: {exc}") from None
+            raise InputError(f"server_args.{name}", value,
+                             hint=f"cannot be written on {type(self.target).__name__}: {exc}") from None
 
     def serving_config(self) -> dict[str, Any]:
         # 'tp'/'dp' may mean other things; attn_dp_size (0.5.22+) is read as the attention-DP width
