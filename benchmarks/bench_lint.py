@@ -162,7 +162,8 @@ def generate(root: Path, n: int, seed: int = 0) -> dict[str, int]:
 
 def end_to_end(root: Path) -> tuple[float, dict]:
     exe = shutil.which("nsa-policy")
-    argv = ([exe] if exe else [sys.executable, "-c", "from nsa_policy.cli import main; main()"]) + ["lint", str(root), "--format", "json"]
+    argv = (([exe] if exe else [sys.executable, "-c", "from nsa_policy.cli import main; main()"])
+            + ["lint", str(root), "--format", "json"])
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -194,7 +194,7 @@ def main() -> int:
             print(f"     error: {r['error']}")
     msg = (ranks[0].get("disagreement") or {}).get("message")
     if msg:
-        print("disagreement message (identical on every rank: %s):" % checks["same_message_on_every_rank"])
+        print(f"disagreement message (identical on every rank: {checks['same_message_on_every_rank']}):")
         print(msg)
     print("checks: " + ", ".join(f"{k}={v}" for k, v in checks.items()))
     print(f"wrote {a.out}")
