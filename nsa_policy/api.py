@@ -5,12 +5,12 @@ import os
 from collections import OrderedDict
 from typing import Any, Mapping, Optional
 
-from nsa_policy.engine.bundle import get_bundle
 from nsa_policy.catalog.store import load_catalog
+from nsa_policy.engine.bundle import get_bundle
 from nsa_policy.engine.decision import Decision
-from nsa_policy.errors import PolicyError
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
+from nsa_policy.errors import PolicyError
 from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from
 from nsa_policy.integration.discovery import is_auto
 
@@ -31,7 +31,7 @@ def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Deci
     return evaluate(get_bundle(policy), facts, load_catalog(), trace=trace)
 
 
-_MEMO: "OrderedDict[tuple, Decision]" = OrderedDict()
+_MEMO: OrderedDict[tuple, Decision] = OrderedDict()
 _MEMO_SIZE = 1024
 
 

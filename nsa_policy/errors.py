@@ -64,7 +64,7 @@ class DeviceDiscoveryError(NsaPolicyError):
 class PolicyError(NsaPolicyError):
     """The policy rejected the configuration; `.decision` holds the full decision, errors included."""
 
-    def __init__(self, decision: "Decision"):
+    def __init__(self, decision: Decision):
         self.decision = decision
         lines = [f"{e.code}: {e.message}" for e in decision.errors]
-        super().__init__("configuration rejected by policy %r:\n  " % decision.policy + "\n  ".join(lines))
+        super().__init__(f"configuration rejected by policy {decision.policy!r}:\n  " + "\n  ".join(lines))
