@@ -28,7 +28,7 @@ from nsa_policy.engine.decision import (
     TraceEntry,
     model_detail,
 )
-from nsa_policy.engine.facts import Facts
+from nsa_policy.engine.facts import Facts, FrozenDict
 from nsa_policy.engine.namespace import FactNamespace, build_namespace, threshold_detail
 
 _USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--nsa-prefill-backend"),
@@ -237,9 +237,9 @@ def _assemble(ev: _Evaluation, bundle: CompiledBundle, facts: Facts, applies: bo
         applies=applies, policy=bundle.name, policy_digest=bundle.digest,
         device=device_label or facts.device.name, device_class=facts.device.device_class,
         model=facts.model.model_id, model_family=facts.model.family, architecture=facts.model.architecture,
-        **outputs, heads_per_rank=facts.derived.heads_per_rank, padded_heads=padded,
+        **outputs, heads_per_rank=facts.derived.heads_per_rank, padded_heads=FrozenDict(padded),
         runtime=runtime, warnings=tuple(findings["warning"]), errors=tuple(findings["error"]),
-        notes=tuple(findings["info"]), provenance=prov, trace=tuple(ev.steps), inputs=facts,
+        notes=tuple(findings["info"]), provenance=FrozenDict(prov), trace=tuple(ev.steps), inputs=facts,
     )
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Vendor = Literal["nvidia", "amd", "intel", "cpu"]
 
@@ -25,6 +25,19 @@ def _catalog_enum(what: str) -> Callable[[dict[str, Any]], None]:
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+
+class FrozenDict(dict[Any, Any]):
+    """A dict no caller can change. Decisions are memoised and shared between callers, so the mappings
+    inside them (provenance, padded heads, packages) must be as immutable as the frozen models around them."""
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("this mapping is part of a shared, immutable decision; copy it with dict(...) to change it")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle/deepcopy rebuild from a plain dict, never by item writes
+        return (FrozenDict, (dict(self),))
 
 
 class DeviceFacts(Frozen):
@@ -116,6 +129,11 @@ class Environment(Frozen):
     threshold_env_var: Optional[str] = Field(default=None, description="which variable set the threshold")
     packages: dict[str, str] = Field(default_factory=dict, description="distribution name → version, never imported")
     variables: dict[str, str] = Field(default_factory=dict, description="the DSA_ENV_VARS that are set, as given")
+
+    @field_validator("packages", "variables", mode="after")
+    @classmethod
+    def _immutable(cls, value: dict[str, str]) -> dict[str, str]:
+        return FrozenDict(value)
 
 
 class DerivedFacts(Frozen):

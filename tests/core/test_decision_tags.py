@@ -67,8 +67,10 @@ def test_the_agreement_view_holds_exactly_the_agreed_fields(decision: Decision) 
 @pytest.mark.parametrize("name", [n for n in Decision.model_fields if n not in ("inputs",)])
 def test_only_agreed_fields_move_the_agreement_digest(decision: Decision, name: str) -> None:
     current = getattr(decision, name)
-    other = {bool: lambda v: not v, str: lambda v: v + "-x", int: lambda v: v + 1, dict: lambda v: {"prefill": 999},
-             tuple: lambda v: (), type(None): lambda v: None}.get(type(current))
+    changes = {bool: lambda v: not v, str: lambda v: v + "-x", int: lambda v: v + 1, dict: lambda v: {"prefill": 999},
+               tuple: lambda v: (), type(None): lambda v: None}
+    # isinstance, in this order: decision mappings are read-only dict subclasses, and bool is an int
+    other = next((change for kind, change in changes.items() if isinstance(current, kind)), None)
     if other is None or name == "runtime":
         other = {"runtime": lambda v: v.model_copy(update={"mha_one_shot": not v.mha_one_shot})}.get(name)
     if name in ("warnings", "errors", "notes"):
