@@ -42,14 +42,17 @@ def lit(node, env):
         for e in node.elts:
             if isinstance(e, ast.Starred):
                 v = lit(e.value, env)
-                if v is None: return None
+                if v is None:
+                    return None
                 out += list(v)
             else:
                 v = lit(e, env)
-                if v is None: return None
+                if v is None:
+                    return None
                 out.append(v)
         return out
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("list", "tuple", "sorted") and node.args:
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("list", "tuple", "sorted") and node.args):
         v = lit(node.args[0], env)
         return list(v) if v is not None else None
     return None
@@ -81,20 +84,27 @@ def wheel_flags(wheel: Path) -> dict:
         for node in ast.walk(t):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
                 names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                if not names or not names[0].startswith("--"): continue
-                dest = kw(node, "dest"); dest = dest.value if isinstance(dest, ast.Constant) else names[0][2:].replace("-", "_")
-                ch = kw(node, "choices"); act = kw(node, "action")
+                if not names or not names[0].startswith("--"):
+                    continue
+                dest = kw(node, "dest")
+                dest = dest.value if isinstance(dest, ast.Constant) else names[0][2:].replace("-", "_")
+                ch = kw(node, "choices")
+                act = kw(node, "action")
                 actn = act.value if isinstance(act, ast.Constant) else (ast.unparse(act) if act is not None else None)
                 for n in names:
                     flags[n] = {"dest": dest, "choices": lit(ch, env) if ch is not None else None, "action": actn, "file": f}
             if isinstance(node, ast.ClassDef):
                 for st in node.body:
-                    if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)): continue
+                    if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
+                        continue
                     ann = st.annotation
-                    if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "A"): continue
+                    if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "A"):
+                        continue
                     elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
-                    if len(elts) < 2: continue
-                    meta = elts[1]; name = st.target.id
+                    if len(elts) < 2:
+                        continue
+                    meta = elts[1]
+                    name = st.target.id
                     typ = ast.unparse(elts[0])
                     if isinstance(meta, ast.Constant):
                         cli = "--" + name.replace("_", "-")
@@ -103,22 +113,29 @@ def wheel_flags(wheel: Path) -> dict:
                             sub = elts[0]
                             for n2 in ast.walk(sub):
                                 if isinstance(n2, ast.Subscript) and ast.unparse(n2.value) == "Literal":
-                                    choices = lit(n2.slice, env) if not isinstance(n2.slice, ast.Tuple) else [lit(e, env) for e in n2.slice.elts]
+                                    choices = (lit(n2.slice, env) if not isinstance(n2.slice, ast.Tuple)
+                                               else [lit(e, env) for e in n2.slice.elts])
                         flags[cli] = {"dest": name, "choices": choices, "action": None, "type": typ, "file": f}
                         continue
-                    if not (isinstance(meta, ast.Call) and ast.unparse(meta.func) == "Arg"): continue
+                    if not (isinstance(meta, ast.Call) and ast.unparse(meta.func) == "Arg"):
+                        continue
                     nc = kw(meta, "no_cli")
-                    if nc is not None and isinstance(nc, ast.Constant) and nc.value: continue
-                    cn = kw(meta, "cli_name"); cli = cn.value if cn is not None else "--" + name.replace("_", "-")
+                    if nc is not None and isinstance(nc, ast.Constant) and nc.value:
+                        continue
+                    cn = kw(meta, "cli_name")
+                    cli = cn.value if cn is not None else "--" + name.replace("_", "-")
                     al = lit(kw(meta, "aliases"), env) if kw(meta, "aliases") is not None else []
-                    ch = kw(meta, "choices"); choices = lit(ch, env) if ch is not None else None
+                    ch = kw(meta, "choices")
+                    choices = lit(ch, env) if ch is not None else None
                     if choices is None and "Literal[" in typ:
                         for n2 in ast.walk(elts[0]):
                             if isinstance(n2, ast.Subscript) and ast.unparse(n2.value) == "Literal":
-                                choices = [lit(e, env) for e in n2.slice.elts] if isinstance(n2.slice, ast.Tuple) else [lit(n2.slice, env)]
+                                choices = ([lit(e, env) for e in n2.slice.elts] if isinstance(n2.slice, ast.Tuple)
+                                           else [lit(n2.slice, env)])
                     act = kw(meta, "action")
                     for n in [cli] + list(al or []):
-                        flags[n] = {"dest": name, "choices": choices, "action": ast.unparse(act) if act is not None else None, "type": typ, "file": f}
+                        flags[n] = {"dest": name, "choices": choices,
+                                    "action": ast.unparse(act) if act is not None else None, "type": typ, "file": f}
     envs = {}
     if environ:
         for node in ast.walk(ast.parse(environ)):
