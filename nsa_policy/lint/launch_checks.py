@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from nsa_policy.api import build_facts, decide
+from nsa_policy.catalog.args import Argument, Spelling
 from nsa_policy.catalog.codes import load_codes
 from nsa_policy.catalog.store import Catalog, load_catalog
 from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles
@@ -75,6 +76,9 @@ class Checker:
         self._models: dict[str, Optional[ModelFacts]] = {}
         self._devices_seen: dict[str, Optional[DeviceFacts]] = {}
         self._listed: dict[str, frozenset[str]] = {}
+        self._verdicts: dict[tuple[str, str], Any] = {}
+        self._ignored: dict[str, dict[str, tuple[str, Optional[str]]]] = {}
+        self._shipped: Optional[list[str]] = None
         self.cli_device: Optional[DeviceFacts] = self.catalog.device(opts.device, "--device") if opts.device else None
         if opts.sglang_version is not None:
             parse_version(opts.sglang_version, field="--sglang-version")  # InputError: usage error
@@ -143,7 +147,9 @@ class Checker:
         # bundle, never a folder (a bundle that extends default and drops its checks), and never one
         # over an explicit --policy.
         policy = self.opts.policy
-        shipped = list_bundles()
+        if self._shipped is None:  # once per run, not per launch
+            self._shipped = list_bundles()
+        shipped = self._shipped
         for h in launch.hints:
             if h.key != "policy":
                 continue
@@ -193,15 +199,13 @@ class Checker:
     def _release_spelling(self, arg: Arg, target: Target) -> list[Diagnostic]:
         """The release's verdict on one spelling (refused, deprecated) and on its value (a listed choice)."""
         args = self.reg.args
-        hit = args.lookup(arg.spelling)
-        if hit is None:
+        key = (arg.spelling, target.release)
+        if key not in self._verdicts:  # the same spellings recur across launches: ask the registry once
+            self._verdicts[key] = self._verdict(arg.spelling, target.release)
+        verdict = self._verdicts[key]
+        if verdict is None:
             return []
-        a, sp = hit
-        status = sp.status(args._rel(target.release))
-        if status == "nsa-policy" and any(other.flag.startswith(sp.flag) and other.status(args._rel(target.release))
-                                          in ("canonical", "deprecated") for other in a.spellings):
-            status = "canonical"  # argparse takes an unambiguous prefix: --tp for --tp-size
-        use = args.spelling_for(a.name, target.release)
+        a, sp, status, use, listed = verdict
         shown = (use if arg.style == "flag" else _like(use[2:], arg.spelling)) if use else None
         alts = (shown,) if shown else ()
         found: list[Diagnostic] = []
@@ -226,7 +230,6 @@ class Checker:
             found.append(self.diag("NSA412", f"{arg.spelling} is a deprecated alias in {target.why} (deprecated since "
                                              f"sglang {sp.deprecated}; a later release removes it); {instead}",
                                    arg.loc, alternatives=alts, fix=f"Use {shown}." if shown else None))
-        listed = sp.choices if sp.choices is not None else args.choices(a.name, target.release)
         value = arg.value
         if listed is not None and isinstance(value, str) and not arg.unresolved and value not in listed \
                 and value in self._ever_listed(a.name):
@@ -234,6 +237,22 @@ class Checker:
                                              f"refuses it: invalid choice); it lists {', '.join(listed)}", arg.loc,
                                    alternatives=listed))
         return found
+
+    def _verdict(self, spelling: str, release: str) -> Optional[tuple[Argument, Spelling, str, Optional[str],
+                                                                      Optional[tuple[str, ...]]]]:
+        """(argument, spelling, status in the release, the release's canonical flag, the values it lists)."""
+        args = self.reg.args
+        hit = args.lookup(spelling)
+        if hit is None:
+            return None
+        a, sp = hit
+        rel = args._rel(release)
+        status: str = sp.status(rel)
+        if status == "nsa-policy" and any(other.flag.startswith(sp.flag) and other.status(rel) in ("canonical", "deprecated")
+                                          for other in a.spellings):
+            status = "canonical"  # argparse takes an unambiguous prefix: --tp for --tp-size
+        listed = sp.choices if sp.choices is not None else args.choices(a.name, rel)
+        return a, sp, status, args.spelling_for(a.name, rel), listed
 
     def _ever_listed(self, name: str) -> frozenset[str]:
         """Every value some known release lists for the argument: a value none lists is the policy's finding."""
@@ -323,8 +342,10 @@ class Checker:
 
     def _ignored_vars(self, target: Target) -> dict[str, tuple[str, Optional[str]]]:
         """Variable → (why the release ignores it, the variable it reads for the same argument)."""
+        if target.release in self._ignored:
+            return self._ignored[target.release]
         args = self.reg.args
-        out: dict[str, tuple[str, Optional[str]]] = {}
+        out: dict[str, tuple[str, Optional[str]]] = self._ignored.setdefault(target.release, {})
         for a in args.arguments.values():
             if a.env:
                 read = args.env_var_read(a.name, target.release)
