@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -310,7 +311,26 @@ def _compile_value(out: str, value: Any, err: Callable[[str], Exception]) -> Val
                 raise err(f"set.{out}: first_valid takes {{phase: prefill|decode, candidates: [backend, …]}}")
             return FirstValid(fv["phase"], tuple(fv["candidates"]))
         raise err(f"set.{out}: a value is a literal, {{fact: path}} or {{first_valid: …}}")
+    kind = _output_kind(out)
+    # A literal must have the output's type (bool is not an int here): a string page size would
+    # otherwise resolve with exit 0 and reach a launch command as `--page-size sixty-four`.
+    if kind is not None and type(value) is not kind:
+        raise err(f"set.{out}: {value!r} is a {type(value).__name__}; {out} takes a {kind.__name__}")
     return Fixed(value)
+
+
+def _output_kind(out: str) -> Optional[type]:
+    """int, str or bool: the type an output field of the Decision (or its runtime thresholds) holds."""
+    from nsa_policy.engine.decision import Decision, RuntimeThresholds
+
+    for model in (Decision, RuntimeThresholds):
+        field = model.model_fields.get(out)
+        if field is None:
+            continue
+        args = [a for a in typing.get_args(field.annotation) if a is not type(None)] or [field.annotation]
+        kinds = [a for a in args if a in (bool, int, str)]
+        return kinds[0] if len(kinds) == 1 else None
+    return None
 
 
 def list_bundles() -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 from contextlib import contextmanager
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -143,3 +144,20 @@ def test_lint_inputs_never_crash(tmp_path_factory, name, body):
     assert result.exit_code in (0, 1, 2), (name, body, result.output)
     assert "Traceback" not in result.output and "internal error" not in result.output, (name, body, result.output)
     assert target.read_bytes() == before  # lint never writes its inputs
+
+
+@pytest.mark.parametrize("literal", ["sixty-four", "'64'", "64.0", "true"])
+def test_a_bundle_page_size_must_be_an_integer(tmp_path, literal):
+    """A custom bundle may not set page_size to a string (resolve used to exit 0, launch to emit it)."""
+    from nsa_policy.engine.bundle import get_bundle
+    from nsa_policy.errors import RuleFileError
+
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "bundle.yaml").write_text("name: site\ndescription: typed sets\nextends: default\n")
+    (folder / "50-page-size.yaml").write_text(
+        "stage: page_size\nrules:\n  - id: site.page\n    description: x\n    when: {device.vendor: nvidia}\n"
+        f"    set: {{page_size: {literal}}}\n")
+    with pytest.raises(RuleFileError) as info:
+        get_bundle(str(folder))
+    assert "50-page-size.yaml:" in str(info.value) and "page_size" in str(info.value)
