@@ -6,11 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from cases_support import check_expectations, cli_args, load_cases, split
 from typer.testing import CliRunner
 
 from nsa_policy import PolicyError, resolve
-
-from cases_support import check_expectations, cli_args, load_cases, split
 
 CASES = load_cases()
 IDS = [f"{policy}:{case['name']}" for policy, case in CASES]

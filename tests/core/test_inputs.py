@@ -118,17 +118,24 @@ def _bundle(tmp_path: Path, stage_text: str, header: str = "name: t\ndescription
 
 
 BROKEN = [
-    ("stage: validate\nrules:\n  - id: x\n    description: d\n    when: {device.clas: sm90}\n    emit: {code: NSA100, message: m}\n", 5, "device.class"),
+    ("stage: validate\nrules:\n  - id: x\n    description: d\n    when: {device.clas: sm90}\n"
+     "    emit: {code: NSA100, message: m}\n", 5, "device.class"),
     ("stage: validate\nrules:\n  - id: x\n    description: d\n    emit: {code: NSA999, message: m}\n", 5, "NSA"),
     ("stage: backends\nrules:\n  - id: x\n    description: d\n    set: {prefill_backend: trtlm}\n", 5, "trtllm"),
-    ("stage: backends\nrules:\n  - id: x\n    description: d\n    set: {prefill_backend: trtllm}\n    overwrite: true\n", 6, "compat"),
-    ("stage: backends\nrules:\n  - id: x\n    description: d\n    when: {device.class: {among: [sm90]}}\n    set: {prefill_backend: trtllm}\n", 5, "unknown operator"),
-    ("stage: backends\nrules:\n  - id: x\n    descripton: d\n    set: {prefill_backend: trtllm}\n", 4, "did you mean 'description'"),
+    ("stage: backends\nrules:\n  - id: x\n    description: d\n"
+     "    set: {prefill_backend: trtllm}\n    overwrite: true\n", 6, "compat"),
+    ("stage: backends\nrules:\n  - id: x\n    description: d\n"
+     "    when: {device.class: {among: [sm90]}}\n    set: {prefill_backend: trtllm}\n", 5, "unknown operator"),
+    ("stage: backends\nrules:\n  - id: x\n    descripton: d\n"
+     "    set: {prefill_backend: trtllm}\n", 4, "did you mean 'description'"),
     ("stage: backend\nrules: []\n", 1, "stage"),
-    ("stage: validate\nrules:\n  - id: x\n    description: d\n    emit: {code: NSA100, message: 'on {device.klass}'}\n", 5, "device.class"),
+    ("stage: validate\nrules:\n  - id: x\n    description: d\n"
+     "    emit: {code: NSA100, message: 'on {device.klass}'}\n", 5, "device.class"),
     ("stage: validate\nrules:\n  - id: x\n    description: d\n    emit: {code: NSA100, message: m\n", 6, "YAML"),
     ("stage: validate\ndrop: [no.such.rule]\nrules: []\n", 2, "no.such.rule"),
-    ("stage: validate\nrules:\n  - id: validate.fp8-trtllm-both-or-neither\n    description: d\n    emit: {code: NSA100, message: m}\n  - id: validate.fp8-trtllm-both-or-neither\n    description: d\n    emit: {code: NSA100, message: m}\n", 6, "duplicate"),
+    ("stage: validate\nrules:\n  - id: validate.fp8-trtllm-both-or-neither\n    description: d\n"
+     "    emit: {code: NSA100, message: m}\n  - id: validate.fp8-trtllm-both-or-neither\n"
+     "    description: d\n    emit: {code: NSA100, message: m}\n", 6, "duplicate"),
 ]
 
 

@@ -10,8 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import Decision, InputError, resolve
-from nsa_policy.integration.decision_log import (LOG_FORMAT, DecisionLogHandler, append_decision, parse_entry,
-                                     read_decision_log)
+from nsa_policy.integration.decision_log import LOG_FORMAT, DecisionLogHandler, append_decision, parse_entry, read_decision_log
 from nsa_policy.integration.startup import apply
 
 from .sglang_args import sglang_parser
@@ -23,7 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_lines_round_trip_into_the_decision_model(tmp_path: Path) -> None:
     log = tmp_path / "decisions.jsonl"
     first = resolve({"tp_size": 8}, device="b200", model=DS, env={})
-    second = resolve({"kv_cache_dtype": "fp8_e4m3"}, device="h200", model=DS, env={"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "4096"})
+    second = resolve({"kv_cache_dtype": "fp8_e4m3"}, device="h200", model=DS,
+                     env={"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "4096"})
     append_decision(log, first, origin="test", context={"why": "round trip"})
     append_decision(log, second, origin="test", include_trace=False)
     lines = log.read_text().splitlines()
@@ -71,13 +71,15 @@ def test_cli_log_decisions_appends_one_line_per_device(tmp_path: Path) -> None:
     log = tmp_path / "cli.jsonl"
     env = {"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None, "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": None}
     runner = CliRunner()
-    assert runner.invoke(app, ["resolve", "--device", "h200", "--model", DS, "--log-decisions", str(log)], env=env).exit_code == 0
-    assert runner.invoke(app, ["resolve", "--device", "h200,b200", "--model", DS, "--log-decisions", str(log)], env=env).exit_code == 1
+    logged = ["--model", DS, "--log-decisions", str(log)]
+    assert runner.invoke(app, ["resolve", "--device", "h200", *logged], env=env).exit_code == 0
+    assert runner.invoke(app, ["resolve", "--device", "h200,b200", *logged], env=env).exit_code == 1
     entries = read_decision_log(log)
     assert [e.decision.device for e in entries] == ["h200", "h200", "b200"]
     assert all(e.origin == "cli.resolve" for e in entries)
     assert entries[2].context == {"fleet": ["h200", "b200"], "agrees": False}
-    bad = runner.invoke(app, ["resolve", "--device", "h200", "--model", DS, "--log-decisions", str(tmp_path / "no" / "x")], env=env)
+    bad = runner.invoke(app, ["resolve", "--device", "h200", "--model", DS,
+                              "--log-decisions", str(tmp_path / "no" / "x")], env=env)
     assert bad.exit_code == 2 and "does not exist" in bad.stderr
 
 
