@@ -49,6 +49,9 @@ def _op(name: str, arg: Any) -> tuple[Callable[[Any, Namespace], bool], str]:
     if name in ("in", "not_in"):
         if not isinstance(arg, (list, tuple)):
             raise ConditionError(f"operator {name!r} takes a list, got {arg!r}")
+        odd = [m for m in arg if not isinstance(m, (str, int, float, bool)) and m is not None]
+        if odd:  # a list or mapping member is unhashable and never equal to a fact's value
+            raise ConditionError(f"operator {name!r} takes a list of plain values, got {odd[0]!r}")
         members = frozenset(arg)
         if name == "in":
             return (lambda v, ns: v in members), f"in {_fmt(list(arg))}"
@@ -58,6 +61,10 @@ def _op(name: str, arg: Any) -> tuple[Callable[[Any, Namespace], bool], str]:
             raise ConditionError(f"operator 'set' takes true or false, got {arg!r}")
         return ((lambda v, ns: v is not None) if arg else (lambda v, ns: v is None)), ("set" if arg else "unset")
     if name in ("version_ge", "version_lt"):
+        from nsa_policy.versions import is_version
+
+        if not isinstance(arg, (str, int, float)) or isinstance(arg, bool) or not is_version(str(arg)):
+            raise ConditionError(f"operator {name!r} takes a PEP 440 version such as 0.6.7.post2, got {arg!r}")
         need = str(arg)
         want = name == "version_ge"
         return (lambda v, ns: _ver_ok(v, need, want)), f"{'>=' if want else '<'} version {need}"

@@ -62,3 +62,15 @@ def test_a_fifo_rule_file_is_refused_without_blocking(tmp_path):
     result = _resolve(folder)
     assert result.exit_code == 2
     assert "FIFO" in result.output
+
+
+@pytest.mark.parametrize("condition,words", [
+    ("{device.class: {in: [[sm90], {b: 1}]}}", "list of plain values"),
+    ("{device.class: {not_in: [[sm90]]}}", "list of plain values"),
+    ("{pkg.flashinfer-python: {version_ge: garbage}}", "PEP 440"),
+])
+def test_condition_shapes_are_file_line_errors(tmp_path, condition, words):
+    text = (STAGE_HEAD + "  - id: site.x\n    description: x\n    when: " + condition + "\n    set: {page_size: 64}\n")
+    result = _resolve(_bundle(tmp_path, text.encode()))
+    assert result.exit_code == 2, result.output
+    assert "50-page-size.yaml:5" in result.output and words in result.output, result.output
