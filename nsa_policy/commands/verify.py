@@ -1,6 +1,7 @@
 """Commands `check`, `diff` and `matrix`: prove a bundle, compare two, draw the support matrix."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -8,6 +9,7 @@ from typing import Optional
 import typer
 
 from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_usage
+from nsa_policy.safe_io import check_output_path, write_atomic
 
 
 def register(app: typer.Typer) -> None:
@@ -21,6 +23,15 @@ def _format(fmt: str, allowed: tuple[str, ...], as_json: bool):
 
     if fmt not in allowed:
         raise fail_usage(InputError("--format", fmt, list(allowed)), as_json)
+
+
+def _capped(workers: Optional[int]) -> Optional[int]:
+    """More processes than cores only thrash (300 forks on 2 cores): cap, and say so."""
+    cores = os.cpu_count() or 1
+    if workers is not None and workers > cores:
+        print(f"nsa-policy: note: --workers {workers} capped at {cores} (the cores here)", file=sys.stderr)
+        return cores
+    return workers
 
 
 def check(
@@ -39,6 +50,7 @@ def check(
 
     fmt = "json" if as_json else fmt
     _format(fmt, ("text", "markdown", "json"), fmt == "json")
+    workers = _capped(workers)
     try:
         loaded = load_case_files(list(cases)) if cases else None
         reports = [check_bundle(p, workers=workers, cases=loaded) for p in (policy or concrete_bundles())]
@@ -68,7 +80,10 @@ def diff(
 
     fmt = "json" if as_json else fmt
     _format(fmt, ("text", "markdown", "json"), fmt == "json")
+    workers = _capped(workers)
     try:
+        if out is not None:  # before the 6-9 s of work: a bad path must not waste it or lose the report
+            check_output_path(out, field="--out", inputs=[inputs] if inputs else [])
         ba, bb = load_for_check(a), load_for_check(b)
         if inputs:
             report = diff_inputs(ba, bb, load_inputs(inputs), inputs)
@@ -78,7 +93,10 @@ def diff(
         raise fail_usage(exc, fmt == "json") from None
     text = {"json": render_json, "markdown": render_markdown, "text": render_text}[fmt](report)
     if out:
-        out.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        try:
+            write_atomic(out, text if text.endswith("\n") else text + "\n", field="--out")
+        except NsaPolicyError as exc:
+            raise fail_usage(exc, fmt == "json") from None
     else:
         print(text)
     raise typer.Exit(EXIT_OK)
@@ -100,6 +118,7 @@ def matrix(
     _format(fmt, ("markdown", "json"), fmt == "json")
     try:
         if out_dir is not None:
+            check_output_path(out_dir, field="--out-dir", want_dir=True)
             try:
                 import matplotlib  # noqa: F401
             except ModuleNotFoundError:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.errors import InputError
+from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.facts import Facts
+from nsa_policy.errors import InputError
 
 
 def facts_from_case_input(inp: dict) -> Facts:
@@ -42,16 +42,16 @@ def load_case_files(paths: list[str]) -> list[tuple[str, str, dict]]:
     """(file policy, case name, input) for every case of every file."""
     import yaml
 
+    from nsa_policy.safe_io import load_yaml_text, read_text
+
     out = []
     for path in paths:
         p = Path(path)
         files = sorted(p.glob("*.yaml")) if p.is_dir() else [p]
         for f in files:
-            try:
-                doc = yaml.safe_load(f.read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                raise InputError("--cases", str(f), hint="no such file") from None
-            except (OSError, yaml.YAMLError) as exc:
+            try:  # regular files only, size cap, UTF-8, bounded nesting and aliases (safe_io)
+                doc = load_yaml_text(read_text(f, field="--cases"), str(f), field="--cases")
+            except yaml.YAMLError as exc:
                 raise InputError("--cases", str(f), hint=f"unreadable: {exc}") from None
             if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
                 raise InputError("--cases", str(f), hint="a case file has `cases:` (a list)")

@@ -224,13 +224,12 @@ def load_inputs(path: str) -> list[dict]:
     import yaml
 
     from nsa_policy.errors import InputError
+    from nsa_policy.safe_io import load_yaml_text, read_text
 
     p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("--inputs", path, hint="no such file") from None
-    except (OSError, yaml.YAMLError) as exc:
+    try:  # regular files only, size cap, UTF-8, bounded nesting and aliases (safe_io)
+        doc = load_yaml_text(read_text(p, field="--inputs"), path, field="--inputs")
+    except yaml.YAMLError as exc:
         raise InputError("--inputs", path, hint=f"unreadable: {exc}") from None
     items = doc.get("cases") if isinstance(doc, dict) else doc
     if not isinstance(items, list) or not items:

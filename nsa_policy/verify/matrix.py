@@ -208,10 +208,22 @@ def markdown_digest(text: str) -> Optional[str]:
 
 def write_all(out_dir: Path, policy: str = "default") -> dict[str, Path]:
     """docs/matrix.md, .png and .svg from one matrix_data() call."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from nsa_policy.safe_io import check_output_path, write_atomic
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from nsa_policy.errors import InputError
+
+        raise InputError("--out-dir", str(out_dir), hint=f"cannot create: {exc.strerror or exc}") from None
+    check_output_path(out_dir, field="--out-dir", want_dir=True)
     data = matrix_data(policy)
     paths = {"md": out_dir / "matrix.md", "png": out_dir / "matrix.png", "svg": out_dir / "matrix.svg"}
-    paths["md"].write_text(render_markdown(data, image="matrix.png"), encoding="utf-8")
-    render_picture(data, paths["png"])
-    render_picture(data, paths["svg"])
+    for path in paths.values():
+        check_output_path(path, field="--out-dir")
+    write_atomic(paths["md"], render_markdown(data, image="matrix.png"), field="--out-dir")
+    for kind in ("png", "svg"):  # drawn to a temporary name beside the target, then renamed into place
+        tmp = paths[kind].with_name(f".{paths[kind].stem}.tmp.{kind}")
+        render_picture(data, tmp)
+        tmp.replace(paths[kind])
     return paths
