@@ -43,7 +43,7 @@ class _Ranged(_Spec):
     nsa_policy_only: bool = Field(default=False, description="accepted by nsa-policy's own surfaces only")
 
     @model_validator(mode="after")
-    def _range(self):  # type: ignore[no-untyped-def]
+    def _range(self) -> _Ranged:
         if self.nsa_policy_only == (self.first is not None):
             raise ValueError("give either first (an sglang release) or nsa_policy_only: true")
         for value in (self.first, self.last):
