@@ -13,9 +13,12 @@ def closest(value: object, choices: Iterable[str]) -> str | None:
     text = str(value).lower()
     names = list(choices)
     lowered = {n.lower(): n for n in names}
-    hit = difflib.get_close_matches(text, list(lowered), n=1, cutoff=0.6)
-    if hit:
-        return lowered[hit[0]]
+    hits = difflib.get_close_matches(text, list(lowered), n=3, cutoff=0.6)
+    if hits:
+        # equal ratios (NSA1O1: NSA101 or NSA411?) go to the name with more letters in place
+        best = max(hits, key=lambda h: (difflib.SequenceMatcher(None, text, h).ratio(),
+                                        sum(a == b for a, b in zip(text, h))))
+        return lowered[best]
     # Prefixes catch "b2" → "b200" and "deepseek" → "deepseek-ai/…", which ratio-based matching misses.
     pref = [n for n in names if n.lower().startswith(text) or text.startswith(n.lower())]
     return pref[0] if len(pref) == 1 else None
