@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Regenerate the generated docs: the support matrix (docs/matrix.md, .png, .svg), the migration
-report (docs/migration-from-sglang.md = `nsa-policy diff sglang-0.5.10 default`) and the sglang
+report (docs/migration-from-sglang.md = `nsa-policy diff sglang-0.5.23 default`) and the sglang
 argument tables (docs/sglang-args.md, and the release → spellings table inside docs/startup.md).
 
 Run from anywhere: python scripts/gen_docs.py [--only matrix|migration|args]. tests/check/test_docs_fresh.py
@@ -15,11 +15,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-MIGRATION_TITLE = "Migrating from sglang 0.5.10 to the `default` policy"
+MIGRATION_TITLE = "Migrating from sglang 0.5.23 to the `default` policy"
 MIGRATION_INTRO = """\
-What changes for an operator who replaces sglang 0.5.10's own DSA defaulting (reproduced, bugs
-included, by the `sglang-0.5.10` bundle) with nsa-policy's `default` policy. Read the classes as
-"in 0.5.10 → with `default`". Regenerate with `python scripts/gen_docs.py`.
+What changes for an operator who replaces the DSA defaulting of sglang 0.5.23, the release users run
+(reproduced, bugs included, by the `sglang-0.5.22` bundle: 0.5.23's DSA start-up is byte-identical),
+with nsa-policy's `default` policy. Read the classes as "in 0.5.23 → with `default`". Regenerate with `python scripts/gen_docs.py`.
 """
 
 
@@ -27,7 +27,7 @@ def migration_markdown() -> str:
     from nsa_policy.engine.bundle import get_bundle
     from nsa_policy.verify.diff import diff_space, render_markdown
 
-    report = diff_space(get_bundle("sglang-0.5.10"), get_bundle("default"))
+    report = diff_space(get_bundle("sglang-0.5.23"), get_bundle("default"), policy_a="sglang-0.5.23", policy_b="default")
     body = render_markdown(report, title=MIGRATION_TITLE)
     head, _, rest = body.partition("\n\n")
     return f"{head}\n\n{MIGRATION_INTRO}\n{rest}"

@@ -1,5 +1,5 @@
 """The generated docs are not stale: matrix.md is what the data gives now, and the PNG/SVG carry the
-digest of that same data; migration-from-sglang.md is what `diff sglang-0.5.10 default` gives now.
+digest of that same data; migration-from-sglang.md is what `diff sglang-0.5.23 default` gives now.
 Regenerate with `python scripts/gen_docs.py`."""
 from __future__ import annotations
 
