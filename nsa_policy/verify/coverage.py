@@ -8,7 +8,7 @@ finding or sets an output the decision keeps); a rule that only matched is liste
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from nsa_policy.catalog.store import load_catalog
 from nsa_policy.engine.bundle import CompiledBundle
@@ -38,7 +38,7 @@ def facts_from_case_input(inp: dict) -> Facts:
     return build_facts(data, device=device, model=model, env=env, packages=packages)
 
 
-def load_case_files(paths: list[str]) -> list[tuple[str, str, dict]]:
+def load_case_files(paths: list[str]) -> list[tuple[Optional[str], str, dict[str, Any]]]:
     """(file policy, case name, input) for every case of every file."""
     import yaml
 

@@ -127,7 +127,7 @@ def changes(rec_a: tuple, rec_b: tuple) -> list[tuple]:
     return out
 
 
-def _group(pairs: Iterable[tuple[tuple, tuple, dict, tuple, dict]]) -> list[ChangeClass]:
+def _group(pairs: Iterable[tuple[tuple, tuple, str, dict[str, str], tuple[int, int], dict[str, Any]]]) -> list[ChangeClass]:
     """pairs: (record A, record B, block, region labels, sort key, example) → change classes."""
     classes: dict[tuple, ChangeClass] = {}
     for rec_a, rec_b, block, region, key, example in pairs:
@@ -200,7 +200,8 @@ def diff_inputs(a: CompiledBundle, b: CompiledBundle, inputs: list[dict], source
     from nsa_policy.verify.coverage import facts_from_case_input
 
     catalog = load_catalog()
-    pairs, dims = [], {}
+    pairs: list[tuple[tuple, tuple, str, dict[str, str], tuple[int, int], dict[str, Any]]] = []
+    dims: dict[str, set[str]] = {}
     for n, inp in enumerate(inputs):
         facts = facts_from_case_input(inp)
         ra = record_of(evaluate(a, facts, catalog, trace=False))

@@ -142,6 +142,8 @@ def dynamic_issues(bundle: CompiledBundle, space: Space, run: SpaceRun, policy: 
         if rule.id in never or run.count("effective", rule.id):
             continue
         idx = run.example("matched", rule.id)
+        if idx is None:  # not in `never`, so it matched somewhere
+            raise RuntimeError(f"rule {rule.id} counted as matched but has no example input")
         example = ex(idx)
         example["rule_trace"] = _trace_line(space, idx, bundle, rule.id)
         out.append(Issue("shadowed", rule.id,

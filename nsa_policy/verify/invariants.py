@@ -15,7 +15,7 @@ reproduce sglang's bugs on purpose and are exempt.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
 from nsa_policy.engine.decision import Decision
@@ -51,7 +51,7 @@ def _backends_run(decision: Decision, facts: Facts, catalog: Catalog) -> Iterato
         if accepted:  # requirements beyond the matrix (top-k, package versions) bind accepted decisions
             problem = problem or catalog.requirement_problem(backend, facts.model.index_topk, facts.env.packages)
         if problem:
-            who = f"rule {prov.detail}" if by_rule else "an accepted decision"
+            who = f"rule {prov.detail}" if by_rule and prov is not None else "an accepted decision"
             yield ("backend-runs-here", f"{who}: {phase} {backend}",
                    f"{who} chose {phase} backend {backend} on {facts.device.device_class} with {kv} KV, "
                    f"which cannot run there: {problem}")
@@ -69,7 +69,7 @@ def _fp8_pairing(decision: Decision) -> Iterator[Violation]:
 
 def _user_choices_kept(decision: Decision, facts: Facts, catalog: Catalog) -> Iterator[Violation]:
     cfg = facts.config
-    wanted = {}
+    wanted: dict[str, Any] = {}
     kv = KV_ALIASES.get(cfg.kv_cache_dtype) if cfg.kv_cache_dtype is not None else None
     if kv in KV_DTYPES:
         wanted["kv_cache_dtype"] = kv

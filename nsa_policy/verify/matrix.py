@@ -134,7 +134,7 @@ def render_picture(data: dict, path: Path) -> None:
     left, top, bottom = 2.9, 1.5, 1.05
     fig_w, fig_h = left + ncol * cw + 0.3, top + nrow * ch + bottom
     fig = plt.figure(figsize=(fig_w, fig_h), dpi=110)
-    ax = fig.add_axes([left / fig_w, bottom / fig_h, ncol * cw / fig_w, nrow * ch / fig_h])
+    ax = fig.add_axes((left / fig_w, bottom / fig_h, ncol * cw / fig_w, nrow * ch / fig_h))
     ax.set_xlim(0, ncol)
     ax.set_ylim(nrow, 0)
     ax.axis("off")
@@ -181,7 +181,7 @@ def render_picture(data: dict, path: Path) -> None:
                bbox_to_anchor=(0.5, 0.32 / fig_h))
     fig.text(0.5, 0.08 / fig_h, "* = the KV dtype '--kv-cache-dtype auto' becomes on that device", ha="center",
              fontsize=8.5, color="#444444")
-    meta = {"Description": f"nsa-policy {DIGEST_TAG}{data_digest(data)}"}
+    meta: dict[str, Optional[str]] = {"Description": f"nsa-policy {DIGEST_TAG}{data_digest(data)}"}
     if path.suffix.lower() == ".svg":
         meta.update(Creator="nsa-policy matrix", Date=None)  # reproducible files: no timestamp, fixed ids
         with matplotlib.rc_context({"svg.hashsalt": "nsa-policy"}):

@@ -16,11 +16,11 @@ import itertools
 import multiprocessing
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
 from nsa_policy.engine.bundle import CompiledBundle
-from nsa_policy.engine.conditions import conjuncts
+from nsa_policy.engine.conditions import Namespace, conjuncts
 from nsa_policy.engine.decision import DECISION_OUTPUTS, RECORDED_FIELDS
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.namespace import KV_ALIASES, outputs_read
@@ -56,7 +56,7 @@ class Probe:
         self.reset()
 
     def reset(self) -> None:
-        self.ns = None
+        self.ns: Namespace = {}  # the namespace of the evaluation in progress (set before any rule matches)
         self.matched: list[int] = []
         self.pending: Optional[tuple[int, tuple]] = None
         self.setter: dict[str, int] = {}
@@ -65,7 +65,10 @@ class Probe:
 
     def settle(self) -> None:
         """Attribute the outputs the previously matched rule changed to it."""
-        idx, before = self.pending
+        pending = self.pending
+        if pending is None:  # callers settle only after a rule matched
+            raise RuntimeError("Probe.settle() with no matched rule pending")
+        idx, before = pending
         self.pending = None
         ns = self.ns
         for out, value, prov in before:
@@ -161,12 +164,13 @@ class MemoCatalog:
 _MEMO_CATALOG: dict = {}
 
 
-def memo_catalog() -> MemoCatalog:
+def memo_catalog() -> Catalog:
+    """The loaded catalog behind a MemoCatalog (duck-typed: every attribute it does not memoise forwards)."""
     cat = load_catalog()
     hit = _MEMO_CATALOG.get(id(cat))
     if hit is None:
         hit = _MEMO_CATALOG[id(cat)] = MemoCatalog(cat)
-    return hit
+    return cast(Catalog, hit)
 
 
 # ---------------------------------------------------------------- aggregates

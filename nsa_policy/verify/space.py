@@ -26,12 +26,12 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from nsa_policy.catalog.store import Catalog, load_catalog
 from nsa_policy.engine.conditions import leaves
-from nsa_policy.engine.namespace import device_part, inputs_of
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, Facts, ServingConfig, derive
+from nsa_policy.engine.namespace import device_part, inputs_of
 from nsa_policy.inputs import environment_from
 
 INVALID_KV = "fp8_e5m2"
@@ -117,9 +117,13 @@ class Point:
     def region(self) -> dict[str, str]:
         return {d.name: d.values[i].label for d, i in zip(self.block.dims, self.digits)}
 
-    def parts(self) -> tuple[str, dict, dict, dict, Any]:
+    def parts(self) -> tuple[Optional[str], dict[str, Any], dict[str, str], dict[str, str], Any]:
         """(device, config mapping, env, packages, model) as the library takes them."""
-        device, model, config, env, packages = None, None, {}, {}, {}
+        device: Optional[str] = None
+        model: Any = None
+        config: dict[str, Any] = {}
+        env: dict[str, str] = {}
+        packages: dict[str, str] = {}
         for v in self.values:
             device = v.device or device
             if v.model:
@@ -154,6 +158,8 @@ class Point:
     def command(self, policy: Optional[str] = None) -> str:
         """The `nsa-policy resolve` command line that reproduces this input."""
         device, config, env, packages, model = self.parts()
+        if device is None:  # every block of the space has a device dimension
+            raise ValueError(f"point {self.index} has no device value: no resolve command reproduces it")
         words = [f"{k}={v}" for k, v in env.items()] + ["nsa-policy", "resolve", "--device", device]
         if isinstance(model, dict):
             words += ["--arch", model["architectures"][0]]
@@ -215,10 +221,10 @@ class Space:
         if not free:
             return []
         off = self.offset(block)
-        out = [()]
+        out: list[tuple[int, ...]] = [()]
         for i in free:
             out = [prefix + (v,) for prefix in out for v in range(len(block.dims[i].values))]
-        result = []
+        result: list[int] = []
         for combo in out:
             digits = list(point.digits)
             for i, v in zip(free, combo):
@@ -447,7 +453,9 @@ class FactsBuilder:
         key = (point.block.name,) + tuple(i for d, i in zip(point.block.dims, point.digits) if d.counts_for_size)
         hit = self._parts.get(key)
         if hit is None:
-            config, env, packages = {}, {}, {}
+            config: dict[str, Any] = {}
+            env: dict[str, str] = {}
+            packages: dict[str, str] = {}
             for v in point.values:
                 config.update(v.config)
                 env.update(v.env)
@@ -456,12 +464,17 @@ class FactsBuilder:
         return hit
 
     def facts(self, point: Point) -> Facts:
-        device = model = None
+        device: Optional[str] = None
+        model: Union[str, dict[str, Any], None] = None
         for v in point.values:
             device = v.device or device
-            if v.model or v.arch:
-                model = v.model or {"architectures": [v.arch[0]], **({"index_topk": v.arch[1]} if v.arch[1] else {}),
-                                    **({"num_attention_heads": v.arch[2]} if v.arch[2] else {}), **dict(v.model_extra)}
+            if v.model:
+                model = v.model
+            elif v.arch:
+                model = {"architectures": [v.arch[0]], **({"index_topk": v.arch[1]} if v.arch[1] else {}),
+                         **({"num_attention_heads": v.arch[2]} if v.arch[2] else {}), **dict(v.model_extra)}
+        if device is None:  # every block has a device dimension
+            raise ValueError(f"point {point.index} has no device value")
         cfg, environment = self._settings(point)
         mdl = self.model(model)
         dkey = (id(mdl), id(cfg))
