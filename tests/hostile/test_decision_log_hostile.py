@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
 import nsa_policy
+from hostile.bounded import run_bounded
 from nsa_policy.integration.decision_log import DecisionLogError, append_decision, read_decision_log
 
 
@@ -14,39 +14,23 @@ def _decision():
     return nsa_policy.resolve({}, device="h200", model="deepseek-ai/DeepSeek-V3.2", env={})
 
 
-def _bounded(fn, timeout=5.0):
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            box["error"] = exc
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), "blocked"
-    return box
-
-
 def test_fifo_log_fails_at_once(tmp_path):
     fifo = tmp_path / "log"
     os.mkfifo(fifo)
-    box = _bounded(lambda: append_decision(fifo, _decision()))
+    box = run_bounded(lambda: append_decision(fifo, _decision()))
     assert isinstance(box.get("error"), DecisionLogError), box
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_full_disk_is_a_decision_log_error():
-    box = _bounded(lambda: append_decision("/dev/full", _decision()))
+    box = run_bounded(lambda: append_decision("/dev/full", _decision()))
     assert isinstance(box.get("error"), DecisionLogError), box
 
 
 def test_reading_a_fifo_log_is_refused(tmp_path):
     fifo = tmp_path / "log"
     os.mkfifo(fifo)
-    box = _bounded(lambda: read_decision_log(fifo))
+    box = run_bounded(lambda: read_decision_log(fifo))
     assert "FIFO" in str(box.get("error")), box
 
 

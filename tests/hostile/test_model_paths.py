@@ -2,28 +2,16 @@
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
 import nsa_policy
+from hostile.bounded import run_bounded
 from nsa_policy.errors import InputError
 
 
 def _resolve(model):
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = nsa_policy.resolve({}, device="h200", model=model, env={})
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            box["error"] = exc
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(10)
-    assert not t.is_alive(), f"resolve hung on {model}"
-    return box
+    return run_bounded(lambda: nsa_policy.resolve({}, device="h200", model=model, env={}), timeout=10)
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/urandom", "fifo"])

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+from hostile.bounded import run_bounded
 
 STAGE_HEAD = "stage: page_size\nrules:\n"
 
@@ -23,17 +24,10 @@ def _bundle(root: Path, stage_text: bytes | None) -> Path:
 def _resolve(folder: Path):
     from nsa_policy.cli import app
 
-    box: dict = {}
-
-    def run():
-        box["result"] = CliRunner().invoke(app, ["resolve", "--device", "h200", "--model", "deepseek-ai/DeepSeek-V3.2",
-                                                 "--policy", str(folder)])
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(20)
-    assert not t.is_alive(), "resolve hung on the bundle"
-    return box["result"]
+    box = run_bounded(lambda: CliRunner().invoke(app, ["resolve", "--device", "h200", "--model",
+                                                      "deepseek-ai/DeepSeek-V3.2", "--policy", str(folder)]),
+                      timeout=20)
+    return box["value"]
 
 
 @pytest.mark.parametrize("name,text,line,words", [

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import pytest
 
+from hostile.bounded import run_bounded
 from nsa_policy import safe_io
 from nsa_policy.errors import InputError
 from nsa_policy.safe_io import (
@@ -59,23 +59,6 @@ def test_nesting_at_the_limit_is_fine():
     assert load_json_text(text, "ok") is not None
 
 
-def _in_thread(fn, timeout=5.0):
-    """Run fn in a thread: a hang fails the test instead of blocking the suite."""
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), "hung"
-    return box
-
-
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/urandom", "fifo", "dir"])
 def test_special_files_are_refused_without_blocking(tmp_path, special):
     path = {"fifo": tmp_path / "f", "dir": tmp_path}.get(special, special)
@@ -83,7 +66,7 @@ def test_special_files_are_refused_without_blocking(tmp_path, special):
         os.mkfifo(path)
     if special.startswith("/dev/") and not os.path.exists(special):
         pytest.skip(f"{special} missing")
-    box = _in_thread(lambda: read_text(path, field="--model"))
+    box = run_bounded(lambda: read_text(path, field="--model"))
     err = box.get("error")
     assert isinstance(err, InputError), box
     assert "--model" in str(err) and str(path) in str(err)
