@@ -338,9 +338,12 @@ def list_bundles() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / BUNDLE_FILE).is_file())
 
 
-def _bundle_path(name_or_dir: str) -> Path:
-    # A shipped bundle's bare name always means the shipped bundle: a folder of the same name in the
-    # working directory (say, one a pull request adds) must be named as a path (./default) to be used.
+def bundle_path(name_or_dir: str, field: str = "policy") -> Path:
+    """The folder of a bundle: a shipped name, a folder, or an sglang release's bundle.
+
+    A shipped bundle's bare name always means the shipped bundle: a folder of the same name in the
+    working directory (say, one a pull request adds) must be named as a path (./default) to be used.
+    """
     cand = policy_dir() / name_or_dir
     if "/" not in name_or_dir and "\\" not in name_or_dir and (cand / BUNDLE_FILE).is_file():
         return cand
@@ -348,11 +351,11 @@ def _bundle_path(name_or_dir: str) -> Path:
     if (p / BUNDLE_FILE).is_file():
         return p
     if p.exists():
-        raise InputError("policy", name_or_dir, hint=f"folder has no {BUNDLE_FILE}")
+        raise InputError(field, name_or_dir, hint=f"folder has no {BUNDLE_FILE}")
     release = release_bundle(name_or_dir)
     if release is not None:
         return policy_dir() / release
-    raise InputError("policy", name_or_dir, [b for b in list_bundles()], hint="not a bundle name or folder")
+    raise InputError(field, name_or_dir, list_bundles(), hint="not a bundle name or folder")
 
 
 # sglang-<PEP 440 release>: a compatibility bundle named after the sglang release it reproduces.
@@ -394,7 +397,7 @@ class _Loader:
 
     def load(self, name_or_dir: str, seen: tuple[str, ...] = ()) -> tuple[BundleFile, dict[str, list[_Entry]], list[Path]]:
         """Return the bundle header, stage → ordered rule list of (RuleSpec, data, path), files read."""
-        folder = _bundle_path(name_or_dir)
+        folder = bundle_path(name_or_dir)
         head_path = folder / BUNDLE_FILE
         head = validate_doc(BundleFile, load_yaml(head_path), head_path)
         key = str(folder.resolve())

@@ -26,10 +26,9 @@ from nsa_policy.catalog.store import KV_DTYPES, load_catalog
 from nsa_policy.engine.bundle import (
     BUNDLE_FILE,
     BundleFile,
+    bundle_path,
     concrete_bundles,
     get_bundle,
-    list_bundles,
-    release_bundle,
 )
 from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.facts import Facts
@@ -242,20 +241,8 @@ def expand_case_paths(items: Sequence[str], option: str = "--cases") -> list[Pat
 
 
 def bundle_folder(policy: str) -> Path:
-    """The folder of a bundle, found as get_bundle finds it: a shipped name (it wins over a local folder
-    of that name, which must be given as a path), a folder, or an sglang release's bundle."""
-    shipped = policy_dir() / policy
-    if "/" not in policy and "\\" not in policy and (shipped / BUNDLE_FILE).is_file():
-        return shipped
-    p = Path(policy)
-    if (p / BUNDLE_FILE).is_file():
-        return p
-    if p.exists():
-        raise InputError("--policy", policy, hint=f"the folder has no {BUNDLE_FILE}")
-    release = release_bundle(policy)
-    if release is not None:
-        return policy_dir() / release
-    raise InputError("--policy", policy, list_bundles(), hint="not a bundle name or folder")
+    """The folder of a bundle, found exactly as get_bundle finds it (engine.bundle.bundle_path)."""
+    return bundle_path(policy, field="--policy")
 
 
 def _head(folder: Path) -> BundleFile:
