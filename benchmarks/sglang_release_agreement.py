@@ -1,12 +1,22 @@
-"""Agreement of a release bundle with that sglang release's own start-up code, on a grid.
+"""Agreement of each release bundle with that sglang release's own start-up code, on a grid.
 
-    python benchmarks/sglang_release_agreement.py --release 0.5.23 [--limit N] [--out FILE]
+    python benchmarks/sglang_release_agreement.py --release 0.5.23 [--grid full|main|variants]
+        [--jobs 2] [--limit N] [--sample K] [--out disagreements.jsonl] [--record]
+    python benchmarks/sglang_release_agreement.py --table     # rewrite the tables in sglang-releases.md
 
-Runs scripts/sglang_oracle/policy_oracle.py (helper-E's oracle: sglang's real parser -> from_cli_args
--> resolve_once -> check_server_args, device emulated) inside the release's side environment
-(/work/sgenv/envs.json), evaluates `--policy sglang-<release>` (resolved to the newest bundle at or
-below it) on the same inputs, and prints agreement on kv dtype, both backends, page size, attention
-backend, threshold and refusal. Disagreements are written as JSON lines to --out.
+Runs scripts/sglang_oracle/policy_oracle.py inside the release's side environment (sglang==X installed
+without dependencies, /work/sgenv/envs.json; see scripts/sglang_oracle/README.md): the release's real
+parser -> from_cli_args -> resolve_once (0.5.19+; __post_init__ before) -> check_server_args, device
+emulated by patching platform probes only. The grid is split over --jobs oracle processes.
+
+nsa-policy answers the same command the way a user's command reaches it: the argv is read with the
+catalog's spellings for release X (a flag the release does not have, or a value outside its choices,
+is refused as argparse refuses it), then `--policy sglang-X` (the newest bundle at or below X) decides.
+
+Agreement = same refusal (sglang raised / nsa-policy refused) and, where both accept, the same
+kv_cache_dtype, prefill and decode backend, page size, attention backend and dense-attention threshold.
+--record merges the result into benchmarks/results/sglang-releases.json (and rewrites the tables).
+Progress goes to stderr on a terminal only.
 """
 from __future__ import annotations
 
@@ -14,132 +24,374 @@ import argparse
 import itertools
 import json
 import os
+import platform
 import subprocess
 import sys
+import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Iterator, Optional
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results" / "sglang-releases.json"
+TABLE_DOC = REPO / "benchmarks" / "results" / "sglang-releases.md"
+ORACLE = REPO / "scripts" / "sglang_oracle" / "policy_oracle.py"
+
+# oracle device class -> catalog device
 DEVICES = {"sm80": "a100", "sm90": "h200", "sm100": "b200", "sm103": "b300", "sm120": "rtx-pro-6000",
            "sm121": "gb10", "gfx942": "mi300x", "gfx950": "mi355x"}
+DEVICE_VARIANTS = [(d, p) for d in DEVICES for p in ((False, True) if d.startswith("gfx") else (False,))]
 MODELS = {"ds32": "deepseek-ai/DeepSeek-V3.2", "glm5": "zai-org/GLM-5"}
-PREFILL = [None, "flashmla_sparse", "flashmla_kv", "flashmla_auto", "trtllm", "tilelang", "triton", "fa3",
-           "flashinfer_sparse_mla"]
-DECODE = [None, "flashmla_kv", "trtllm", "tilelang", "triton", "fa3", "aiter"]
-EXTRAS = {"none": ([], {}), "hisparse": (["--enable-hisparse", "--disable-radix-cache"], {"enable_hisparse": True,
-                                                                                          "disable_radix_cache": True}),
-          "dcp2": (["--dcp-size", "2"], {"dcp_size": 2})}
+# Every backend name any release 0.5.10-0.5.23 lists (a release that does not list one refuses it).
+BACKENDS = [None, "flashmla_sparse", "flashmla_kv", "flashmla_auto", "fa3", "tilelang", "aiter", "trtllm",
+            "flashmla_sparse_q8", "flashinfer_sparse_mla", "triton", "triton_sparse_mla", "intel_xpu"]
+# The DSA architectures of any release (SGLANG-RELEASES.md §4 G1-G3), KimiK25 (in the gate list, not DSA)
+# and DeepSeek-V3 without index_topk (not DSA).
+ARCHS = ["DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLMNextN", "MistralLarge3ForCausalLM",
+         "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN",
+         "Glm5NextForConditionalGeneration", "Glm5NextForConditionalGenerationNextN", "LongcatFlashForCausalLM",
+         "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN", "HYV4ForCausalLM",
+         "HYV4ForCausalLMNextN", "KimiK25ForConditionalGeneration", "non-dsa"]
+NSA_THR, DSA_THR = "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"
+# Serving / environment / model-config profiles; each row of the full grid gets some of them by rotation,
+# so every profile meets every device, architecture, kv dtype and backend pair.
+PROFILES: dict[str, tuple[list[str], dict[str, str], dict[str, Any]]] = {
+    "none": ([], {}, {}),
+    "hisparse": (["--enable-hisparse", "--disable-radix-cache"], {}, {}),
+    "hisparse-radix": (["--enable-hisparse"], {}, {}),
+    "dcp2": (["--dcp-size", "2"], {}, {}),
+    "dp-attention": (["--tp-size", "8", "--dp-size", "8", "--enable-dp-attention"], {}, {}),
+    "attn-dp": (["--tp-size", "8", "--attn-dp-size", "8"], {}, {}),
+    "tp8": (["--tp-size", "8"], {}, {}),
+    "nsa-threshold": ([], {NSA_THR: "4096"}, {}),
+    "dsa-threshold": ([], {DSA_THR: "1024"}, {}),
+    "both-thresholds": ([], {NSA_THR: "4096", DSA_THR: "1024"}, {}),
+    "quantization": (["--quantization", "fp8"], {}, {}),
+    "sink": ([], {}, {"learnable_sink": True}),
+    "sink-dcp2": (["--dcp-size", "2"], {}, {"learnable_sink": True}),
+    "kpool2": ([], {}, {"index_kpool": 2}),
+    "kpool2-dcp2": (["--dcp-size", "2"], {}, {"index_kpool": 2}),
+    "tbo": (["--enable-two-batch-overlap"], {}, {}),
+    "freq2-tbo": (["--enable-two-batch-overlap"], {}, {"index_topk_freq": 2}),
+    "page16": (["--page-size", "16"], {}, {}),
+}
+FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend", "threshold")
 
 
-def grid(release: str):
-    flag = "dsa" if tuple(int(x) for x in release.split(".")[:3]) >= (0, 5, 13) else "nsa"
+def _v(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split(".")[:3])
+
+
+def _flag(release: str) -> str:
+    return "dsa" if _v(release) >= (0, 5, 13) else "nsa"
+
+
+def _model(arch: str, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(oracle base, config overrides): DeepSeek-V3.2's config.json with the architecture replaced."""
+    if arch == "non-dsa":
+        return "ds3", dict(extra)
+    return "ds32", {"architectures": [arch], **extra}
+
+
+def full_grid(release: str) -> Iterator[dict[str, Any]]:
+    """>= 40,000 inputs: (A) every backend pair for DeepSeek-V3.2 and GLM-5, three profiles each;
+    (B) every architecture with fewer backend values and five kv spellings, one profile each."""
+    flag = _flag(release)
+    names = list(PROFILES)
     n = 0
-    for dev, model, kv, pre, dec, extra in itertools.product(DEVICES, MODELS, ["auto", "bfloat16", "fp8_e4m3"],
-                                                              PREFILL, DECODE, EXTRAS):
-        if extra == "dcp2" and tuple(int(x) for x in release.split(".")[:3]) < (0, 5, 15):
-            continue
-        for preshuffle in ((False, True) if dev.startswith("gfx") else (False,)):
-            argv = ["--kv-cache-dtype", kv]
-            cfg = {"kv_cache_dtype": kv}
-            if pre:
-                argv += [f"--{flag}-prefill-backend", pre]
-                cfg["nsa_prefill_backend"] = pre
-            if dec:
-                argv += [f"--{flag}-decode-backend", dec]
-                cfg["nsa_decode_backend"] = dec
-            argv += EXTRAS[extra][0]
-            cfg.update(EXTRAS[extra][1])
+
+    def item(dev: str, pre: bool, base: str, cfg: dict[str, Any], kv: str, p: Optional[str], d: Optional[str],
+             profile: str) -> dict[str, Any]:
+        argv, env, conf = PROFILES[profile]
+        argv = ["--kv-cache-dtype", kv] + ([f"--{flag}-prefill-backend", p] if p else []) \
+            + ([f"--{flag}-decode-backend", d] if d else []) + argv
+        return {"id": n, "device": dev, "preshuffle": pre, "model": base, "config": {**cfg, **conf}, "argv": argv,
+                "env": env, "profile": profile}
+
+    row = 0
+    for (dev, pre), model, kv, p, d in itertools.product(DEVICE_VARIANTS, ("glm5", "ds32"),
+                                                         ("auto", "bfloat16", "fp8_e4m3"), BACKENDS, BACKENDS):
+        base, cfg = (model, {}) if model == "glm5" else _model("DeepseekV32ForCausalLM", {})
+        for copy in range(3):
             n += 1
-            yield {"id": n, "device": dev, "preshuffle": preshuffle, "model": model, "argv": argv}, cfg
-
-
-# The second grid: model variants (config.json keys), serving options and the threshold variables.
-VARIANT_MODELS = {"ds32": {}, "ds32-sink": {"learnable_sink": True}, "ds32-kpool2": {"index_kpool": 2},
-                  "ds32-freq2": {"index_topk_freq": 2}}
-SERVING = {"none": ([], {}), "dcp2": (["--dcp-size", "2"], {"dcp_size": 2}),
-           "tbo": (["--enable-two-batch-overlap"], {"enable_two_batch_overlap": True}),
-           "page16": (["--page-size", "16"], {"page_size": 16})}
-ENVS = {"none": {}, "nsa-thr": {"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "4096"},
-        "dsa-thr": {"SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "1024"}}
-
-
-def variant_grid(release: str):
-    v = tuple(int(x) for x in release.split(".")[:3])
-    flag = "dsa" if v >= (0, 5, 13) else "nsa"
-    n = 100000
-    for dev, model, kv, pre, serving, env in itertools.product(
-            DEVICES, VARIANT_MODELS, ["auto", "bfloat16", "fp8_e4m3"], [None, "flashmla_sparse", "trtllm", "tilelang"],
-            SERVING, ENVS):
-        if serving == "dcp2" and v < (0, 5, 15):
-            continue
-        argv, cfg = ["--kv-cache-dtype", kv], {"kv_cache_dtype": kv}
-        if pre:
-            argv += [f"--{flag}-prefill-backend", pre]
-            cfg["nsa_prefill_backend"] = pre
-        argv += SERVING[serving][0]
-        cfg.update(SERVING[serving][1])
+            yield item(dev, pre, base, cfg, kv, p, d, names[(row + 7 * copy) % len(names)])
+        row += 1
+    for (dev, pre), arch, kv, p, d in itertools.product(DEVICE_VARIANTS, ARCHS,
+                                                        ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
+                                                        (None, "flashmla_sparse", "trtllm", "tilelang"),
+                                                        (None, "flashmla_kv", "triton")):
+        base, cfg = _model(arch, {})
         n += 1
-        yield ({"id": n, "device": dev, "preshuffle": False, "model": "ds32", "config": VARIANT_MODELS[model],
-                "argv": argv, "env": ENVS[env]}, cfg)
+        yield item(dev, pre, base, cfg, kv, p, d, names[(row * 5) % len(names)])
+        row += 1
 
 
-def ours(release: str, item: dict, cfg: dict) -> dict:
+def main_grid(release: str) -> Iterator[dict[str, Any]]:
+    """The earlier 11,340-input grid (two models x every backend pair x nothing/HiSparse/dcp 2)."""
+    flag, n = _flag(release), 0
+    extras = {"none": [], "hisparse": ["--enable-hisparse", "--disable-radix-cache"], "dcp2": ["--dcp-size", "2"]}
+    prefill = [None, "flashmla_sparse", "flashmla_kv", "flashmla_auto", "trtllm", "tilelang", "triton", "fa3",
+               "flashinfer_sparse_mla"]
+    decode = [None, "flashmla_kv", "trtllm", "tilelang", "triton", "fa3", "aiter"]
+    for dev, model, kv, p, d, extra in itertools.product(DEVICES, MODELS, ["auto", "bfloat16", "fp8_e4m3"], prefill,
+                                                         decode, extras):
+        if extra == "dcp2" and _v(release) < (0, 5, 15):
+            continue
+        for pre in ((False, True) if dev.startswith("gfx") else (False,)):
+            n += 1
+            argv = ["--kv-cache-dtype", kv] + ([f"--{flag}-prefill-backend", p] if p else []) \
+                + ([f"--{flag}-decode-backend", d] if d else []) + extras[extra]
+            yield {"id": n, "device": dev, "preshuffle": pre, "model": model, "config": {}, "argv": argv, "env": {}}
+
+
+def variant_grid(release: str) -> Iterator[dict[str, Any]]:
+    """The earlier model-variant grid (sink, kpool, topk freq x serving options x threshold variables)."""
+    flag, n = _flag(release), 100000
+    models = {"ds32": {}, "ds32-sink": {"learnable_sink": True}, "ds32-kpool2": {"index_kpool": 2},
+              "ds32-freq2": {"index_topk_freq": 2}}
+    serving = {"none": [], "dcp2": ["--dcp-size", "2"], "tbo": ["--enable-two-batch-overlap"],
+               "page16": ["--page-size", "16"]}
+    envs: dict[str, dict[str, str]] = {"none": {}, "nsa-thr": {NSA_THR: "4096"}, "dsa-thr": {DSA_THR: "1024"}}
+    for dev, model, kv, p, s, e in itertools.product(DEVICES, models, ["auto", "bfloat16", "fp8_e4m3"],
+                                                     [None, "flashmla_sparse", "trtllm", "tilelang"], serving, envs):
+        if s == "dcp2" and _v(release) < (0, 5, 15):
+            continue
+        n += 1
+        argv = ["--kv-cache-dtype", kv] + ([f"--{flag}-prefill-backend", p] if p else []) + serving[s]
+        yield {"id": n, "device": dev, "preshuffle": False, "model": "ds32", "config": models[model], "argv": argv,
+               "env": envs[e]}
+
+
+GRIDS = {"full": full_grid, "main": main_grid, "variants": variant_grid}
+
+
+# nsa-policy's side --------------------------------------------------------------------------------
+_MODEL_FACTS = {  # what nsa-policy reads of the oracle's base configs (policy_oracle.BASES)
+    "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "num_attention_heads": 128},
+    "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "num_attention_heads": 128},
+}
+
+
+def ours(release: str, item: dict[str, Any]) -> dict[str, Any]:
+    """nsa-policy's answer for the same command, read with release X's spellings and choices."""
     from nsa_policy.api import build_facts, decide
+    from nsa_policy.catalog.args import load_args
+    from nsa_policy.errors import NsaPolicyError
+    from nsa_policy.integration.launch import _namespace, parse_command
+    from nsa_policy.integration.startup import _Args
 
+    refused = {"ok": False, **{f: None for f in FIELDS}}
+    reg = load_args()
+    try:
+        parsed = parse_command(item["argv"])
+    except NsaPolicyError as exc:
+        return {**refused, "codes": [f"input: {exc}"]}
+    for o in parsed.occurrences:  # argparse: a flag the release does not have, a value it does not list
+        if not reg.accepts(o.flag, release):
+            return {**refused, "codes": [f"argparse: {o.flag} not in sglang {release}"]}
+        valid = reg.choices(o.arg, release)
+        aliases = {a.value: a.canonical for a in reg.argument(o.arg).choice_aliases}
+        if valid is not None and o.value not in valid and aliases.get(o.value) not in valid:
+            return {**refused, "codes": [f"argparse: {o.flag} {o.value} not a choice of sglang {release}"]}
+    config = _Args(_namespace(parsed.values, release)).serving_config()
     env = dict(item.get("env") or {})
-    if item["preshuffle"]:
+    packages = {}
+    if item["preshuffle"]:  # aiter's preshuffle path is usable: aiter on, triton >= 3.5
         env["SGLANG_USE_AITER"] = "1"
-    pk = {"triton": "3.6.0"} if item["preshuffle"] else {}
-    model: object = MODELS[item["model"]]
-    if item.get("config"):  # DeepSeek-V3.2 with config.json variants
-        model = {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "num_attention_heads": 128,
-                 **item["config"]}
-    facts = build_facts(cfg, device=DEVICES[item["device"]], model=model, env=env, packages=pk)
-    d = decide(facts, f"sglang-{release}", trace=False)
+        packages["triton"] = "3.6.0"
+    if item["model"] in MODELS and not item.get("config"):
+        model: Any = MODELS[item["model"]]
+    else:
+        base = _MODEL_FACTS["ds32" if item["model"] == "glm5" else item["model"]]
+        if item["model"] == "glm5":
+            base = {"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 2048, "num_attention_heads": 64}
+        model = {**base, **(item.get("config") or {})}
+    try:
+        facts = build_facts(config, device=DEVICES[item["device"]], model=model, env=env, packages=packages)
+        d = decide(facts, f"sglang-{release}", trace=False)
+    except NsaPolicyError as exc:
+        return {**refused, "codes": [f"input: {exc}"]}
     return {"ok": not d.errors, "kv_cache_dtype": d.kv_cache_dtype, "prefill_backend": d.prefill_backend,
             "decode_backend": d.decode_backend, "page_size": d.page_size, "attention_backend": d.attention_backend,
             "threshold": d.dense_attn_kv_len_threshold, "codes": [f.code for f in d.errors]}
 
 
-FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend", "threshold")
+def agree(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
+    return bool(mine["ok"] == theirs["ok"] and (not mine["ok"] or all(mine[f] == theirs[f] for f in FIELDS)))
+
+
+# the oracle ---------------------------------------------------------------------------------------
+class Progress:
+    """A one-line counter on stderr when it is a terminal; silent when piped."""
+
+    def __init__(self, label: str, total: int):
+        self.label, self.total, self.done = label, total, 0
+        self.tty = sys.stderr.isatty()
+        self.lock = threading.Lock()
+        self.t0 = time.time()
+
+    def step(self, k: int = 1) -> None:
+        with self.lock:
+            self.done += k
+            if self.tty and (self.done % 200 == 0 or self.done == self.total):
+                rate = self.done / max(time.time() - self.t0, 1e-9)
+                sys.stderr.write(f"\r{self.label}: {self.done}/{self.total} ({rate:.0f}/s)   ")
+                if self.done == self.total:
+                    sys.stderr.write("\n")
+                sys.stderr.flush()
+
+
+def run_oracle(release: str, items: list[dict[str, Any]], jobs: int) -> dict[int, dict[str, Any]]:
+    envs = json.loads((Path(os.environ.get("NSA_POLICY_SGLANG_ENVS", "/work/sgenv")) / "envs.json").read_text())
+    if release not in envs:
+        sys.exit(f"release {release!r}: no side environment (have {', '.join(envs)})")
+    e = envs[release]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "SGL_", "PYTHON"))}
+    env.update(PYTHONPATH=":".join(e["pythonpath"]), PYTHONNOUSERSITE="1")
+    # shard by device so each process enters few emulated devices
+    shards: list[list[dict[str, Any]]] = [[] for _ in range(jobs)]
+    keys = sorted({(i["device"], i["preshuffle"]) for i in items})
+    owner = {k: j % jobs for j, k in enumerate(keys)}
+    for i in items:
+        shards[owner[(i["device"], i["preshuffle"])]].append(i)
+    progress = Progress(f"sglang {release} oracle", len(items))
+    answers: dict[int, dict[str, Any]] = {}
+    errors: list[str] = []
+
+    def work(shard: list[dict[str, Any]]) -> None:
+        proc = subprocess.Popen([e["python"], str(ORACLE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        feeder = threading.Thread(target=lambda: (proc.stdin.write("".join(json.dumps(i) + "\n" for i in shard)),
+                                                  proc.stdin.close()))
+        feeder.start()
+        err_lines: list[str] = []
+        drain = threading.Thread(target=lambda: err_lines.extend(proc.stderr))
+        drain.start()
+        for line in proc.stdout:
+            r = json.loads(line)
+            answers[r["id"]] = r
+            progress.step()
+        proc.wait()
+        feeder.join()
+        drain.join()
+        if proc.returncode:
+            errors.append("".join(err_lines)[-2000:])
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in shards if s]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors or len(answers) != len(items):
+        sys.exit(f"oracle answered {len(answers)} of {len(items)}: {' | '.join(errors)}")
+    return answers
+
+
+def cached_oracle(release: str, grid: str, items: list[dict[str, Any]], jobs: int,
+                  cache: str) -> tuple[dict[int, dict[str, Any]], float]:
+    """The oracle's answers, from --cache when it holds this exact grid (the release's answers do not
+    depend on nsa-policy, so bundle fixes are re-checked without re-running sglang)."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cache) / f"{release}-{grid}-{digest}.json" if cache else None
+    if path is not None and path.exists():
+        data = json.loads(path.read_text())
+        return {int(k): v for k, v in data["answers"].items()}, data["oracle_s"]
+    t0 = time.time()
+    answers = run_oracle(release, items, jobs)
+    t_oracle = round(time.time() - t0, 1)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"oracle_s": t_oracle, "jobs": jobs, "answers": answers}))
+    return answers, t_oracle
+
+
+# recording ----------------------------------------------------------------------------------------
+def record(entry: dict[str, Any]) -> None:
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": []}
+    data["runs"] = [r for r in data["runs"] if (r["release"], r["grid"]) != (entry["release"], entry["grid"])]
+    data["runs"].append(entry)
+    data["runs"].sort(key=lambda r: (r["grid"], _v(r["release"])))
+    RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_table()
+
+
+BEGIN, END = "<!-- agreement-table:begin (generated by --table) -->", "<!-- agreement-table:end -->"
+
+
+def write_table() -> None:
+    data = json.loads(RESULTS.read_text())
+    lines = [BEGIN, "", "| release | bundle | grid | inputs | agreement | disagreements | sglang refuses | oracle time "
+             "(jobs) | nsa-policy time | date |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["runs"]:
+        lines.append(f"| {r['release']} | `{r['bundle']}` | {r['grid']} | {r['inputs']:,} | "
+                     f"{100 * r['agree'] / r['inputs']:.2f} % ({r['agree']:,}) | {r['inputs'] - r['agree']:,} | "
+                     f"{r['sglang_refuses']:,} | {r['oracle_s']:.0f} s ({r['jobs']}) | {r['ours_s']:.0f} s | "
+                     f"{r['date'][:10]} |")
+    lines += ["", END]
+    text = TABLE_DOC.read_text()
+    if BEGIN in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + "\n".join(lines) + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+    TABLE_DOC.write_text(text)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--release", required=True)
+    ap.add_argument("--release")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="full")
+    ap.add_argument("--variants", action="store_true", help="same as --grid variants")
+    ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--sample", type=int, default=0, help="every K-th input only (a quick look)")
     ap.add_argument("--out", default="")
-    ap.add_argument("--variants", action="store_true", help="the model-variant / serving / threshold-variable grid")
+    ap.add_argument("--record", action="store_true")
+    ap.add_argument("--cache", default="", help="folder for the oracle's answers: reused when the grid is the same")
+    ap.add_argument("--table", action="store_true")
     a = ap.parse_args()
-    envs = json.loads(Path("/work/sgenv/envs.json").read_text())
-    e = envs[a.release]
-    items = list(variant_grid(a.release) if a.variants else grid(a.release))
+    if a.table:
+        write_table()
+        return
+    if not a.release:
+        ap.error("--release is required")
+    grid = "variants" if a.variants else a.grid
+    items = list(GRIDS[grid](a.release))
+    if a.sample:
+        items = items[:: a.sample]
     if a.limit:
         items = items[: a.limit]
-    t0 = time.time()
-    proc = subprocess.run([e["python"], str(REPO / "scripts/sglang_oracle/policy_oracle.py")],
-                          input="".join(json.dumps(i) + "\n" for i, _ in items), capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": ":".join(e["pythonpath"])})
-    t_oracle = time.time() - t0
-    answers = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
-    if len(answers) != len(items):
-        sys.exit(f"oracle answered {len(answers)} of {len(items)}: {proc.stderr[-2000:]}")
-    bad, agree = [], 0
+    answers, t_oracle = cached_oracle(a.release, grid, items, max(1, a.jobs), a.cache)
+    from nsa_policy.engine.bundle import release_bundle
+
+    bad, n_agree = [], 0
+    progress = Progress(f"nsa-policy sglang-{a.release}", len(items))
     t1 = time.time()
-    for item, cfg in items:
-        theirs = answers[item["id"]]
-        mine = ours(a.release, item, cfg)
-        same = mine["ok"] == theirs["ok"] and (not mine["ok"] or all(mine[f] == theirs[f] for f in FIELDS))
-        if same:
-            agree += 1
+    for item in items:
+        theirs, mine = answers[item["id"]], ours(a.release, item)
+        if agree(mine, theirs):
+            n_agree += 1
         else:
             bad.append({"input": item, "sglang": theirs, "ours": mine})
+        progress.step()
     t_ours = time.time() - t1
-    print(json.dumps({"release": a.release, "grid": "variants" if a.variants else "main", "inputs": len(items), "agree": agree,
-                      "agreement": round(agree / len(items), 4), "oracle_s": round(t_oracle, 1),
-                      "ours_s": round(t_ours, 1), "disagreements": len(bad)}))
+    entry = {"release": a.release, "bundle": release_bundle(f"sglang-{a.release}"), "grid": grid,
+             "inputs": len(items), "agree": n_agree, "sglang_refuses": sum(not r["ok"] for r in answers.values()),
+             "harness_errors": sum(r.get("stage") in ("input", "parse") and not r["ok"]
+                                   and "argparse" not in (r.get("error") or {}).get("message", "")
+                                   for r in answers.values()),
+             "oracle_s": round(t_oracle, 1), "ours_s": round(t_ours, 1), "jobs": a.jobs,
+             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_version()}, "
+                        f"load {os.getloadavg()[0]:.1f}"}
+    print(json.dumps(entry))
     if a.out:
         Path(a.out).write_text("".join(json.dumps(b) + "\n" for b in bad))
+    if a.record and not (a.sample or a.limit):
+        record(entry)
 
 
 if __name__ == "__main__":

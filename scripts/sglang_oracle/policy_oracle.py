@@ -256,15 +256,13 @@ def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
             except SystemExit:
                 lines = [ln for ln in err.getvalue().splitlines() if ": error: " in ln]
                 raise ValueError("argparse: " + (lines[-1].split(": error: ", 1)[1] if lines else "exit")) from None
-        stage = "emulate"
-        with emulated(item["device"], item.get("preshuffle", False)):
-            stage = "from_cli_args"
-            sa = ServerArgs.from_cli_args(ns)
-            stage = "resolve_once"
-            if hasattr(sa, "resolve_once"):  # 0.5.19+; before, __post_init__ (from_cli_args) ran the policy
-                sa.resolve_once()
-            stage = "check_server_args"
-            sa.check_server_args()
+        stage = "from_cli_args"  # inside the emulated device (main() enters it once per device group)
+        sa = ServerArgs.from_cli_args(ns)
+        stage = "resolve_once"
+        if hasattr(sa, "resolve_once"):  # 0.5.19+; before, __post_init__ (from_cli_args) ran the policy
+            sa.resolve_once()
+        stage = "check_server_args"
+        sa.check_server_args()
         values = {f: read(sa, f) for f in FIELDS}
         thr = os.environ.get(threshold_var())
         out.update(ok=True, stage="done", kv_cache_dtype=values["kv_cache_dtype"],
@@ -284,20 +282,25 @@ def main() -> None:
     configs = ConfigDirs()
     rel = release()
     items = [json.loads(line) for line in sys.stdin if line.strip()]
-    last_device = None
+    # One emulated device per group of inputs (same device and preshuffle): entering the emulation is
+    # per device, not per input; the probes' caches are cleared between groups.
+    groups: dict[tuple, list] = {}
     for item in items:
-        if item.get("device") not in DEVICES:
-            res = {"id": item.get("id"), "ok": False, "stage": "input",
-                   "error": {"type": "InputError", "message": f"device {item.get('device')!r}: not one of "
-                                                               f"{sorted(DEVICES)}"}, "ms": 0.0}
-        else:
-            if item["device"] != last_device:
-                clear_probe_caches()
-                last_device = item["device"]
-            res = run_one(parser, configs, item)
-        res["release"] = rel
-        sys.stdout.write(json.dumps(res, sort_keys=True) + "\n")
-        sys.stdout.flush()
+        groups.setdefault((item.get("device"), bool(item.get("preshuffle", False))), []).append(item)
+    for (device, preshuffle), group in groups.items():
+        if device not in DEVICES:
+            for item in group:
+                res = {"id": item.get("id"), "ok": False, "stage": "input", "release": rel, "ms": 0.0,
+                       "error": {"type": "InputError", "message": f"device {device!r}: not one of {sorted(DEVICES)}"}}
+                sys.stdout.write(json.dumps(res, sort_keys=True) + "\n")
+            continue
+        clear_probe_caches()
+        with emulated(device, preshuffle):
+            for item in group:
+                res = run_one(parser, configs, item)
+                res["release"] = rel
+                sys.stdout.write(json.dumps(res, sort_keys=True) + "\n")
+                sys.stdout.flush()
 
 
 if __name__ == "__main__":
