@@ -22,6 +22,12 @@ _VECTOR_SEARCH_MAX = 1024
 
 
 @triton.jit
+def _index_ptr(addr, I64: tl.constexpr):
+    """A raw device address (an int argument) as a pointer to int64 (I64) or int32 values."""
+    return addr.to(tl.pointer_type(tl.int64 if I64 else tl.int32))
+
+
+@triton.jit
 def _row_request(cu_ptr, t, num_reqs, RAGGED: tl.constexpr, VECTOR_BLOCK: tl.constexpr,
                  SEARCH_STEPS: tl.constexpr):
     """(request index, whether the row belongs to a request) for query row t."""
@@ -103,20 +109,8 @@ def _transform_kernel_addr(
     VECTOR_BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
     TOPK_I64: tl.constexpr, PT_I64: tl.constexpr, CU_I64: tl.constexpr,
 ):
-    if TOPK_I64:
-        topk_ptr = topk_addr.to(tl.pointer_type(tl.int64))
-    else:
-        topk_ptr = topk_addr.to(tl.pointer_type(tl.int32))
-    if PT_I64:
-        pt_ptr = pt_addr.to(tl.pointer_type(tl.int64))
-    else:
-        pt_ptr = pt_addr.to(tl.pointer_type(tl.int32))
-    if CU_I64:
-        cu_ptr = cu_addr.to(tl.pointer_type(tl.int64))
-    else:
-        cu_ptr = cu_addr.to(tl.pointer_type(tl.int32))
-    out_ptr = out_addr.to(tl.pointer_type(tl.int32))
-    _transform_body(topk_ptr, topk_stride, pt_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
+    _transform_body(_index_ptr(topk_addr, TOPK_I64), topk_stride, _index_ptr(pt_addr, PT_I64), pt_stride,
+                    _index_ptr(cu_addr, CU_I64), _index_ptr(out_addr, False), out_stride,
                     num_reqs, K, row_len, RAGGED, PAGE_SIZE, BLOCK, VECTOR_BLOCK, SEARCH_STEPS)
 
 
@@ -129,15 +123,8 @@ def _decode_kernel_addr(
     K: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr,
     TOPK_I64: tl.constexpr, PT_I64: tl.constexpr,
 ):
-    if TOPK_I64:
-        topk_ptr = topk_addr.to(tl.pointer_type(tl.int64))
-    else:
-        topk_ptr = topk_addr.to(tl.pointer_type(tl.int32))
-    if PT_I64:
-        pt_ptr = pt_addr.to(tl.pointer_type(tl.int64))
-    else:
-        pt_ptr = pt_addr.to(tl.pointer_type(tl.int32))
-    out_ptr = out_addr.to(tl.pointer_type(tl.int32))
+    topk_ptr, pt_ptr = _index_ptr(topk_addr, TOPK_I64), _index_ptr(pt_addr, PT_I64)
+    out_ptr = _index_ptr(out_addr, False)
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     in_k = cols < K
@@ -171,22 +158,9 @@ def _transform_compact_kernel_addr(
     TOPK_I64: tl.constexpr, PT_I64: tl.constexpr, CU_I64: tl.constexpr,
 ):
     """The compacting kernel on raw device addresses (see _transform_kernel_addr)."""
-    if TOPK_I64:
-        topk_ptr = topk_addr.to(tl.pointer_type(tl.int64))
-    else:
-        topk_ptr = topk_addr.to(tl.pointer_type(tl.int32))
-    if PT_I64:
-        pt_ptr = pt_addr.to(tl.pointer_type(tl.int64))
-    else:
-        pt_ptr = pt_addr.to(tl.pointer_type(tl.int32))
-    if CU_I64:
-        cu_ptr = cu_addr.to(tl.pointer_type(tl.int64))
-    else:
-        cu_ptr = cu_addr.to(tl.pointer_type(tl.int32))
-    _transform_compact_body(topk_ptr, topk_stride, pt_ptr, pt_stride, cu_ptr,
-                            out_addr.to(tl.pointer_type(tl.int32)), out_stride,
-                            counts_addr.to(tl.pointer_type(tl.int32)),
-                            indptr_addr.to(tl.pointer_type(tl.int32)), num_reqs, K, row_len,
+    _transform_compact_body(_index_ptr(topk_addr, TOPK_I64), topk_stride, _index_ptr(pt_addr, PT_I64),
+                            pt_stride, _index_ptr(cu_addr, CU_I64), _index_ptr(out_addr, False), out_stride,
+                            _index_ptr(counts_addr, False), _index_ptr(indptr_addr, False), num_reqs, K, row_len,
                             pad_value, dummy_slot, RAGGED, PAGE_SIZE, BLOCK, VECTOR_BLOCK,
                             SEARCH_STEPS, CSR, HAS_COUNTS, HAS_DUMMY)
 
@@ -277,36 +251,77 @@ def _block_for(k: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------- launching
-# Triton's JIT entry re-binds and re-specialises every argument on every call (tens of µs of
-# host time, longer than a decode transform runs on the GPU). The first call of a shape class
-# goes through it and compiles; the compiled kernel is kept under a key at least as fine as
-# Triton's own specialisation (dtypes, 16-byte alignment of every pointer, ints equal to 1 or
-# divisible by 16, 64-bit ints), and later calls launch it directly.
-_COMPILED: dict[tuple[Any, ...], Any] = {}
+# Triton's JIT entry re-binds and re-specialises every argument on every call (≈ 12 µs of host
+# time per call on the H200's host, longer than a decode transform runs on the GPU). The first call
+# of a shape class goes through it and compiles; the compiled kernel is kept under a key at least as
+# fine as Triton's own specialisation (dtypes, 16-byte alignment of every pointer, ints equal to 1 or
+# divisible by 16, 64-bit ints), and later calls hand it straight to its launcher's C function.
 _knobs = getattr(triton, "knobs", None)
+_runtime_knobs = getattr(_knobs, "runtime", None)
+_HookChain = getattr(_knobs, "HookChain", None)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only torch builds
+# The C launch's argument order used below is triton 3.6's (CudaLauncher.__call__), the version
+# this was checked on; under any other Triton every launch takes the JIT entry (correct, slower).
+_DIRECT_OK = triton.__version__.split(".")[:2] == ["3", "6"]
+_MISSING = object()
+
+
+def _hooks_on() -> bool:
+    """Whether a launch hook is installed (a profiler): launches then take Triton's JIT entry, which
+    calls it. Triton >= 3.5 keeps the hooks in a HookChain that is never None (an empty chain means
+    none), so a plain `is not None` test would send every launch through the JIT entry."""
+    if _runtime_knobs is None:
+        return False
+    for hook in (_runtime_knobs.launch_enter_hook, _runtime_knobs.launch_exit_hook):
+        if hook is not None and (type(hook) is not _HookChain or hook.calls):
+            return True
+    return False
+
+
+def _direct(compiled: Any) -> Optional[tuple[Any, ...]]:
+    """(C launch function, CUfunction, cooperative, pdl, packed metadata) of a compiled kernel, or
+    None where it must go through Triton (another Triton version, or a kernel needing scratch
+    memory, which the Python launcher allocates per call)."""
+    if not _DIRECT_OK:
+        return None
+    run = compiled.run
+    launch = getattr(run, "launch", None)
+    scratch = (getattr(run, "global_scratch_size", 1), getattr(run, "profile_scratch_size", 1))
+    if launch is None or scratch != (0, 0):
+        return None
+    return (launch, compiled.function, run.launch_cooperative_grid, run.launch_pdl, compiled.packed_metadata)
+
+
+# key → _direct(compiled kernel), or None: that key always takes the JIT entry
+_COMPILED: dict[tuple[Any, ...], Optional[tuple[Any, ...]]] = {}
+
+
+def _launch(kernel: Any, key: tuple[Any, ...], grid: tuple[int, int], args: tuple[Any, ...],
+            warps: Optional[int], dev: int) -> None:
+    entry: Any = _COMPILED.get(key, _MISSING)
+    if entry is _MISSING or entry is None or _hooks_on():
+        compiled = kernel[grid](*args, num_warps=warps)
+        if entry is _MISSING:
+            _COMPILED[key] = _direct(compiled)
+        return
+    assert entry is not None
+    launch, function, coop, pdl, meta = entry
+    launch(grid[0], grid[1], 1, _raw_stream(dev), function, coop, pdl, None, None, meta, None, None, None,
+           *args)
 
 
 def _arg_key(arg) -> object:
     if isinstance(arg, torch.Tensor):
         return (arg.dtype, arg.data_ptr() % 16 == 0)
     if isinstance(arg, int) and not isinstance(arg, bool):
-        return (arg == 1, arg % 16 == 0, -(1 << 31) <= arg < (1 << 31))
+        return _spec(arg)
     return arg
 
 
-def _launch(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], num_warps: Optional[int]) -> None:
-    key = (kernel, grid.__len__(), num_warps, tuple(_arg_key(a) for a in args), args[0].device.index)
-    compiled = _COMPILED.get(key)
-    hooks = _knobs is not None and _knobs.runtime.launch_enter_hook is not None
-    if compiled is None or hooks:
-        compiled = kernel[grid](*args, num_warps=num_warps)
-        if not hooks:
-            _COMPILED[key] = compiled
-        return
-    stream = torch._C._cuda_getCurrentRawStream(args[0].device.index)
-    gx = grid[0]
-    gy = grid[1] if len(grid) > 1 else 1
-    compiled.run(gx, gy, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+def _launch_tensors(kernel: Any, grid: tuple[int, int], args: tuple[Any, ...], warps: Optional[int]) -> None:
+    """A kernel taking tensor arguments (empty inputs, or addresses=False): keyed on every argument."""
+    dev = args[0].get_device()
+    _launch(kernel, (kernel, dev, warps, tuple(_arg_key(a) for a in args)), grid, args, warps, dev)
 
 
 def _spec(x: int) -> int:
@@ -315,6 +330,23 @@ def _spec(x: int) -> int:
 
 
 _SEARCH: dict[int, tuple[int, int]] = {}
+
+
+def _search(num_reqs: int) -> tuple[int, int]:
+    search = _SEARCH.get(num_reqs)
+    if search is None:
+        search = _SEARCH[num_reqs] = _search_params(num_reqs)
+    return search
+
+
+def _index_args(topk_indices: torch.Tensor, page_table: torch.Tensor,
+                cu_extend_lens: Optional[torch.Tensor]) -> tuple[int, int, int, bool, bool, bool]:
+    """Addresses and int64-ness of top-k, page table and cumulative lengths (the table's address
+    stands in for absent lengths: never read, RAGGED is off)."""
+    ta, pa = topk_indices.data_ptr(), page_table.data_ptr()
+    ca = cu_extend_lens.data_ptr() if cu_extend_lens is not None else pa
+    return (ta, pa, ca, topk_indices.dtype == torch.int64, page_table.dtype == torch.int64,
+            cu_extend_lens is not None and cu_extend_lens.dtype == torch.int64)
 
 
 def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
@@ -326,67 +358,55 @@ def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
         return out
     ragged = cu_extend_lens is not None
     num_reqs = cu_extend_lens.shape[0] - 1 if cu_extend_lens is not None else page_table.shape[0]
-    search = _SEARCH.get(num_reqs)
-    if search is None:
-        search = _SEARCH[num_reqs] = _search_params(num_reqs)
-    vector_block, steps = search
+    vector_block, steps = _search(num_reqs)
     if block is None:
         block, warps = _plain_block(k, num_rows, ragged and num_reqs == 1)
     grid = (num_rows, (k + block - 1) // block)
     row_len = page_table.shape[1] * page_size
     if not addresses or page_table.numel() == 0:
         pt = _nonempty(page_table)
-        _launch(_transform_kernel, grid, (
+        _launch_tensors(_transform_kernel, grid, (
             topk_indices, topk_indices.stride(0), pt, page_table.stride(0),
             cu_extend_lens if ragged else pt, out, out.stride(0),
             num_reqs, k, row_len, ragged, page_size, block, vector_block, steps), warps)
         return out
-    ta, pa, oa = topk_indices.data_ptr(), page_table.data_ptr(), out.data_ptr()
-    ca = cu_extend_lens.data_ptr() if cu_extend_lens is not None else pa
+    ta, pa, ca, t64, p64, c64 = _index_args(topk_indices, page_table, cu_extend_lens)
+    oa = out.data_ptr()
     ts, ps, os_ = topk_indices.stride(0), page_table.stride(0), out.stride(0)
-    t64 = topk_indices.dtype == torch.int64
-    p64 = page_table.dtype == torch.int64
-    c64 = cu_extend_lens is not None and cu_extend_lens.dtype == torch.int64
     args = (ta, ts, pa, ps, ca, oa, os_, num_reqs, k, row_len, ragged, page_size, block,
             vector_block, steps, t64, p64, c64)
-    # a key at least as fine as Triton's specialisation of these arguments
     dev = topk_indices.get_device()
+    # num_reqs and row_len are not specialised (do_not_specialize)
     key = ("plain", dev, ragged, page_size, block, vector_block, steps, warps, t64, p64, c64,
            _spec(ta), _spec(ts), _spec(pa), _spec(ps), _spec(ca), _spec(oa), _spec(os_), _spec(k))
-    compiled = _COMPILED_ADDR.get(key)
-    if compiled is None or (_knobs is not None and _knobs.runtime.launch_enter_hook is not None):
-        compiled = _transform_kernel_addr[grid](*args, num_warps=warps)
-        _COMPILED_ADDR[key] = compiled
-        return out
-    compiled.run(grid[0], grid[1], 1, torch._C._cuda_getCurrentRawStream(dev),
-                 compiled.function, compiled.packed_metadata, None, None, None, *args)
+    _launch(_transform_kernel_addr, key, grid, args, warps, dev)
     return out
 
 
-_COMPILED_ADDR: dict[tuple[Any, ...], Any] = {}
+def _compact_block(k: int) -> tuple[int, int]:
+    return _block_for(min(k, 1024) if k else 16)
 
 
 def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tensor,
                              cu_extend_lens: Optional[torch.Tensor], page_size: int,
                              out: torch.Tensor, counts: Optional[torch.Tensor],
                              kv_indptr: Optional[torch.Tensor] = None,
-                             pad_slot: int = 0, empty_row_slot: Optional[int] = None) -> torch.Tensor:
+                             pad_slot: int = 0, empty_row_slot: Optional[int] = None,
+                             block: Optional[int] = None, warps: Optional[int] = None) -> torch.Tensor:
     num_rows, k = topk_indices.shape
     if num_rows == 0:
         return out
     ragged = cu_extend_lens is not None
     num_reqs = cu_extend_lens.numel() - 1 if cu_extend_lens is not None else page_table.shape[0]
-    search = _SEARCH.get(num_reqs)
-    if search is None:
-        search = _SEARCH[num_reqs] = _search_params(num_reqs)
-    vector_block, steps = search
-    block, warps = _block_for(min(k, 1024) if k else 16)
+    vector_block, steps = _search(num_reqs)
+    if block is None:
+        block, warps = _compact_block(k)
     csr = kv_indptr is not None
     row_len = page_table.shape[1] * page_size
     dummy = 0 if empty_row_slot is None else empty_row_slot
     if page_table.numel() == 0 or out.numel() == 0 or k == 0:
         pt, dst = _nonempty(page_table), _nonempty(out)
-        _launch(_transform_compact_kernel, (num_rows,), (
+        _launch_tensors(_transform_compact_kernel, (num_rows, 1), (
             _nonempty(topk_indices), topk_indices.stride(0), pt, page_table.stride(0),
             cu_extend_lens if ragged else pt, dst, out.stride(0) if not csr else 0,
             counts if counts is not None else dst, kv_indptr if csr else dst,
@@ -394,14 +414,11 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
             ragged, page_size, block, vector_block, steps,
             csr, counts is not None, empty_row_slot is not None), warps)
         return out
-    ta, pa, oa = topk_indices.data_ptr(), page_table.data_ptr(), out.data_ptr()
-    ca = cu_extend_lens.data_ptr() if cu_extend_lens is not None else pa
+    ta, pa, ca, t64, p64, c64 = _index_args(topk_indices, page_table, cu_extend_lens)
+    oa = out.data_ptr()
     na = counts.data_ptr() if counts is not None else oa
     ia = kv_indptr.data_ptr() if kv_indptr is not None else oa
     ts, ps, os_ = topk_indices.stride(0), page_table.stride(0), (out.stride(0) if not csr else 0)
-    t64 = topk_indices.dtype == torch.int64
-    p64 = page_table.dtype == torch.int64
-    c64 = cu_extend_lens is not None and cu_extend_lens.dtype == torch.int64
     has_counts, has_dummy = counts is not None, empty_row_slot is not None
     args = (ta, ts, pa, ps, ca, oa, os_, na, ia, num_reqs, k, row_len, pad_slot, dummy,
             ragged, page_size, block, vector_block, steps, csr, has_counts, has_dummy, t64, p64, c64)
@@ -409,24 +426,17 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
     key = ("compact", dev, ragged, page_size, block, vector_block, steps, warps, csr, has_counts, has_dummy,
            t64, p64, c64, _spec(ta), _spec(ts), _spec(pa), _spec(ps), _spec(ca), _spec(oa),
            _spec(os_), _spec(na), _spec(ia), _spec(k))
-    compiled = _COMPILED_ADDR.get(key)
-    if compiled is None or (_knobs is not None and _knobs.runtime.launch_enter_hook is not None):
-        _COMPILED_ADDR[key] = _transform_compact_kernel_addr[(num_rows,)](*args, num_warps=warps)
-        return out
-    compiled.run(num_rows, 1, 1, torch._C._cuda_getCurrentRawStream(dev), compiled.function,
-                 compiled.packed_metadata, None, None, None, *args)
+    _launch(_transform_compact_kernel_addr, key, (num_rows, 1), args, warps, dev)
     return out
 
 
 # ---------------------------------------------------------------- decode fast path
 # Host time per eager decode call is what a small decode batch costs (the kernel runs for a few
-# µs). Here: cheap checks, a small key, the compiled kernel launched directly with five runtime
+# µs). Here: cheap checks, a small key, and the compiled kernel's C launch with five runtime
 # arguments. Anything unusual returns None and the caller takes the checked general path.
 _DECODE: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _Tensor = torch.Tensor
 _I32, _I64 = torch.int32, torch.int64
-_raw_stream = torch._C._cuda_getCurrentRawStream
-_runtime_knobs = getattr(_knobs, "runtime", None)
 _I32_MAX = (1 << 31) - 1
 
 
@@ -439,8 +449,8 @@ def launch_decode(page_table, topk_indices, page_size, out):
     if len(shape) != 2 or out.shape != shape or page_table.dim() != 2 or page_size < 1:
         return None
     rows, k = shape
-    width = page_table.shape[1]
-    if rows == 0 or k == 0 or width == 0 or page_table.shape[0] != rows:
+    pt_rows, width = page_table.shape
+    if rows == 0 or k == 0 or width == 0 or pt_rows != rows:
         return None
     tdt, pdt = topk_indices.dtype, page_table.dtype
     if out.dtype is not _I32 or (tdt is not _I32 and tdt is not _I64) or (pdt is not _I32 and pdt is not _I64):
@@ -454,18 +464,21 @@ def launch_decode(page_table, topk_indices, page_size, out):
     if pt_stride > _I32_MAX or row_len > _I32_MAX:
         return None
     ta, pa, oa = topk_indices.data_ptr(), page_table.data_ptr(), out.data_ptr()
+    # what Triton specialises on: dtypes, each address divisible by 16 or not (K is a constexpr;
+    # pt_stride and row_len are not specialised)
     key = (dev, k, page_size, rows >= 512, tdt is _I64, pdt is _I64, not ta & 15, not pa & 15, not oa & 15)
     entry = _DECODE.get(key)
-    if entry is None or (_runtime_knobs is not None and _runtime_knobs.launch_enter_hook is not None):
+    if entry is None or entry[0] is None or _hooks_on():
         block, warps = _plain_block(k, rows, False)
-        compiled = _decode_kernel_addr[(rows, (k + block - 1) // block)](
+        gy = (k + block - 1) // block
+        compiled = _decode_kernel_addr[(rows, gy)](
             ta, pa, oa, pt_stride, row_len, k, page_size, block, tdt is _I64, pdt is _I64,
             num_warps=warps)
-        # the key holds what Triton specialises on: dtypes, each address divisible by 16 or not
-        _DECODE[key] = (compiled.run, compiled.function, compiled.packed_metadata,
-                        (k + block - 1) // block, k, page_size, block, tdt is _I64, pdt is _I64)
+        if entry is None:
+            direct = _direct(compiled) or (None,) * 5
+            _DECODE[key] = (*direct, gy, k, page_size, block, tdt is _I64, pdt is _I64)
         return out
-    run, function, meta, gy, k_, ps, block, t64, p64 = entry
-    run(rows, gy, 1, _raw_stream(dev), function, meta, None, None, None,
-        ta, pa, oa, pt_stride, row_len, k_, ps, block, t64, p64)
+    launch, function, coop, pdl, meta, gy, k_, ps, block, t64, p64 = entry
+    launch(rows, gy, 1, _raw_stream(dev), function, coop, pdl, None, None, meta, None, None, None,
+           ta, pa, oa, pt_stride, row_len, k_, ps, block, t64, p64)
     return out
