@@ -18,9 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
-from runtime_bench_common import decision, environment, import_runtime, load_sglang_transforms, sparse_topk
+from runtime_bench_common import (
+    bench,
+    copy_tbps,
+    decision,
+    environment,
+    graph_time,
+    host_us,
+    host_us_interleaved,
+    import_runtime,
+    load_sglang_transforms,
+    sparse_topk,
+    warm_up_clocks,
+)
 
 K = 2048
 # name, requests, tokens per request, page-table width, decode?
@@ -35,79 +46,7 @@ TRANSFORM_SHAPES = [
     ("decode 64 @ 32k", 64, 1, 32768, True),
 ]
 VARIANTS = [(2048, 8), (1024, 4), (1024, 8), (512, 4)]
-
-
-def bench(fn, rep_ms=200):
-    import triton.testing
-
-    return triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
-
-
-def graph_time(fn, torch, calls=20):
-    """Per-call time from replaying a graph of `calls` launches (launch gaps removed)."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    return bench(graph.replay) / calls
-
-
-def host_us(fn, torch, calls=400, repeats=5):
-    """Host time per eager call: a loop of launches with no synchronisation inside (the GPU
-    queue never fills at these sizes), median of `repeats` loops, µs."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return sorted(times)[len(times) // 2]
-
-
-def host_us_interleaved(fns: dict, torch, rounds=9, calls=500):
-    """Host µs per eager call of each function, measured in turns (A B C A B C …) so that drift
-    of the host's speed hits all alike; median over rounds."""
-    for fn in fns.values():
-        for _ in range(50):
-            fn()
-    torch.cuda.synchronize()
-    times: dict = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times[name].append((time.perf_counter() - start) / calls * 1e6)
-            torch.cuda.synchronize()
-    return {name: sorted(v)[len(v) // 2] for name, v in times.items()}
-
-
-def warm_up_clocks(torch, seconds=2.0):
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(10):
-            a @ a
-        torch.cuda.synchronize()
-
-
-def copy_tbps(torch):
-    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    ms = bench(lambda: y.copy_(x))
-    return 2 * x.numel() / (ms * 1e-3) / 1e12
+COMPACT_VARIANTS = [(1024, 4), (1024, 8), (2048, 8), (2048, 16), (512, 4), (256, 2)]
 
 
 def _transform_shape(rt, sg, tt, torch, gen, copy_rate, name, b, per_req, width, is_decode):
@@ -270,10 +209,27 @@ def _mla_shape(rt, torch, flashinfer, flash_mla, gen, pool, scale, kv, page_tabl
     row["tflops"] = {nm: flops / ms / 1e9 for nm, ms in times.items()}
     pk, pc = torch.empty_like(packed), torch.empty_like(counts)
     cu = fm_plan.cu_extend_lens
+    fm_adapter()
+    qp_adapter = fm._padded_q(fm_plan, q)
     row["stage_ms"] = {
         "compact_transform": bench(lambda: rt.transform_index_page_table_prefill_compact(
             table, topk, page_size=1, out=pk, counts=pc, cu_extend_lens=cu, impl="triton")),
+        "pad_heads_copy": bench(lambda: fm._padded_q(fm_plan, q)) if qp_adapter is not q else 0.0,
+        # the kernel alone on the adapter's own buffers (its padded q, packed slots, counts)
+        "flashmla_kernel_on_adapter_buffers": bench(lambda: flash_mla.flash_mla_sparse_fwd(
+            indices=fm_plan.slots.unsqueeze(1), topk_length=fm_plan.counts,
+            **{**fm_in, "q": qp_adapter})[0]),
     }
+    # the compacting transform at other (block / warps): time and output equal to the default's
+    from nsa_policy.runtime import _triton_transforms as tt
+    variants = {}
+    for block, warps in COMPACT_VARIANTS:
+        pk.fill_(-7)
+        tt.launch_transform_compact(table, topk, cu, 1, pk, pc, block=block, warps=warps)
+        same = bool(torch.equal(pk, packed) and torch.equal(pc, counts))
+        variants[f"{block}/{warps}"] = dict(ms=bench(lambda b=block, w=warps: tt.launch_transform_compact(
+            table, topk, cu, 1, pk, pc, block=b, warps=w)), equal=same)
+    row["compact_variants"] = variants
     row["host_us"] = {"flashmla_adapter": host_us(fm_adapter, torch, calls=50),
                       "flashmla_bare_topk_length": host_us(fm_bare_len, torch, calls=50),
                       "fa3_adapter": host_us(fa_adapter, torch, calls=50),
@@ -353,6 +309,21 @@ def markdown(env, copy_rate, passes, mla_rows) -> str:
                 f"{av['flashmla_vs_bare'] * 100:.0f}% / {av['flashmla_vs_bare_topk_length'] * 100:.0f}% | "
                 f"{ms['fa3_bare']:.3f}, {tf['fa3_bare']:.0f} | {ms['fa3_adapter']:.3f}, {tf['fa3_adapter']:.0f} | "
                 f"{av['fa3'] * 100:.0f}% |")
+    if mla_rows:
+        lines += ["", "FlashMLA adapter stages (do_bench ms): the compacting transform, the head-padding copy, "
+                  "the kernel alone on the adapter's own buffers; then the compacting transform at other "
+                  "(block / warps) (= output equal to the default's):", "",
+                  "| T × H | compact | pad copy | kernel on adapter buffers | adapter host µs / bare host µs | "
+                  + " | ".join(f"compact {b}/{w}" for b, w in COMPACT_VARIANTS) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(COMPACT_VARIANTS)]
+        for r in mla_rows:
+            st, hu, cv = r["stage_ms"], r["host_us"], r["compact_variants"]
+            lines.append(
+                f"| {r['tokens']} × {r['heads']} | {st['compact_transform']:.4f} | {st['pad_heads_copy']:.4f} | "
+                f"{st['flashmla_kernel_on_adapter_buffers']:.4f} | {hu['flashmla_adapter']:.1f} / "
+                f"{hu['flashmla_bare_topk_length']:.1f} | " + " | ".join(
+                    f"{cv[f'{b}/{w}']['ms']:.4f}{'' if cv[f'{b}/{w}']['equal'] else ' (DIFFERS)'}"
+                    for b, w in COMPACT_VARIANTS) + " |")
     decode_rows = [(i, r) for i, rows in enumerate(passes, 1) for r in rows if "host_us_interleaved" in r]
     if decode_rows:
         lines += ["", "## Eager decode: host µs per call, measured in turns (median of 9 rounds × 500 calls)", "",

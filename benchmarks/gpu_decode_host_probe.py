@@ -1,11 +1,11 @@
 """Where an eager decode transform's host time goes (issue 12, item 2), on a CUDA machine.
 
-Host µs per call, measured in turns (A B C … A B C …, median of rounds), decode 64 rows × K 2048:
-a 64-element torch fill (the floor of any launch from Python), sglang 0.5.23's decode transform
-(read from its wheel), ours through the API, our decode launcher, the compiled kernel's launcher
-called with precomputed arguments (no checks, no key), Triton's JIT entry on the same kernel, and
-the C launch function called with the exact arguments Triton's Python launcher passed it once
-(captured; what bypassing that Python layer would leave).
+Host µs per call, measured in turns (A B C … A B C …, median of rounds), decode × K 2048: a
+64-element torch fill (the floor of any launch from Python), sglang 0.5.23's decode transform (read
+from its wheel), ours through the API, our decode launcher, the C launch it calls, with arguments
+and stream precomputed (no checks, no key), Triton's JIT entry on the same compiled kernel, and a
+prefill call through the API (the general launcher) next to sglang's prefill. Every variant's
+output is compared with sglang's.
 
     python benchmarks/gpu_decode_host_probe.py --out DIR [--sglang-wheels .whl_sg]
 """
@@ -13,25 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
-from runtime_bench_common import environment, import_runtime, load_sglang_transforms, sparse_topk
-
-
-def turns(fns, torch, rounds=11, calls=500):
-    for fn in fns.values():
-        for _ in range(50):
-            fn()
-    torch.cuda.synchronize()
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times[name].append((time.perf_counter() - start) / calls * 1e6)
-            torch.cuda.synchronize()
-    return {name: sorted(v)[len(v) // 2] for name, v in times.items()}
+from runtime_bench_common import environment, host_us_interleaved, import_runtime, load_sglang_transforms, sparse_topk
 
 
 def probe(rt, tt, sg, torch, gen, rows, width):
@@ -43,48 +26,46 @@ def probe(rt, tt, sg, torch, gen, rows, width):
     small = torch.empty(64, dtype=torch.int32, device="cuda")
     tt.launch_decode(pt, topk, 1, out)
     key = next(k_ for k_ in tt._DECODE if k_[1] == k and k_[3] == (rows >= 512))
-    run, function, meta, gy, k_, ps, block, t64, p64 = tt._DECODE[key]
+    launch, function, coop, pdl, meta, gy, k_, ps, block, t64, p64 = tt._DECODE[key]
     stream = torch.cuda.current_stream().cuda_stream
     kargs = (topk.data_ptr(), pt.data_ptr(), out.data_ptr(), pt.stride(0), width, k_, ps, block, t64, p64)
-    block_, warps = tt._plain_block(k, rows, False)
+    _, warps = tt._plain_block(k, rows, False)
 
-    def raw():
-        run(rows, gy, 1, stream, function, meta, None, None, None, *kargs)
+    def c_launch():
+        launch(rows, gy, 1, stream, function, coop, pdl, None, None, meta, None, None, None, *kargs)
 
     def jit():
         tt._decode_kernel_addr[(rows, gy)](*kargs, num_warps=warps)
 
-    captured = {}
-    c_launch = getattr(run, "launch", None)
-    if c_launch is not None:
-        def recorder(*a):
-            captured["args"] = a
-            return c_launch(*a)
-        run.launch = recorder
-        raw()
-        run.launch = c_launch
+    # a ragged prefill batch of the same size (one request per 16 rows) through the API
+    cu = torch.arange(0, rows + 1, 16, device="cuda", dtype=torch.int32)
+    pt_pre = pt[: rows // 16].contiguous()
+    out_pre = torch.empty_like(out)
+    ext = [16] * (rows // 16)
     fns = {"torch_fill": lambda: small.fill_(0),
            "sglang_0523": lambda: sg.transform_index_page_table_decode(pt, topk, result=out_sg),
            "ours_api": lambda: rt.transform_index_page_table_decode(pt, topk, 1, out, impl="triton"),
            "ours_launch_decode": lambda: tt.launch_decode(pt, topk, 1, out),
-           "compiled_run_precomputed": raw,
-           "triton_jit_same_kernel": jit}
-    if "args" in captured:
-        cargs = captured["args"]
-        fns["c_launch_captured_args"] = lambda: c_launch(*cargs)
+           "c_launch_precomputed": c_launch if launch is not None else None,
+           "triton_jit_same_kernel": jit,
+           "prefill_sglang_0523": lambda: sg.transform_index_page_table_prefill(pt_pre, topk, ext, cu_seqlens_q=cu),
+           "prefill_ours_api": lambda: rt.transform_index_page_table_prefill(
+               pt_pre, topk, page_size=1, out=out_pre, cu_extend_lens=cu, impl="triton")}
+    fns = {name: fn for name, fn in fns.items() if fn is not None}
     ref = sg.transform_index_page_table_decode(pt, topk)
     checks = {}
-    for name in ("ours_api", "ours_launch_decode", "compiled_run_precomputed", "triton_jit_same_kernel",
-                 "c_launch_captured_args"):
+    for name in ("ours_api", "ours_launch_decode", "c_launch_precomputed", "triton_jit_same_kernel"):
         if name in fns:
             out.fill_(-7)
             fns[name]()
             torch.cuda.synchronize()
             checks[name] = bool(torch.equal(out, ref))
-    host = turns(fns, torch)
-    row = dict(rows=rows, k=k, width=width, host_us=host, output_equal_to_sglang=checks,
-               launcher_type=type(run).__name__, captured_arg_count=len(captured.get("args", ())))
-    return row
+    out_pre.fill_(-7)
+    fns["prefill_ours_api"]()
+    checks["prefill_ours_api"] = bool(torch.equal(out_pre, fns["prefill_sglang_0523"]()))
+    host = host_us_interleaved(fns, torch, rounds=11)
+    return dict(rows=rows, k=k, width=width, host_us=host, output_equal_to_sglang=checks,
+                direct_c_launch=launch is not None)
 
 
 def main() -> None:
@@ -100,7 +81,7 @@ def main() -> None:
     sg = load_sglang_transforms(args.sglang_wheels)
     gen = torch.Generator(device="cuda").manual_seed(0)
     results = {"environment": environment(), "shapes": []}
-    for rows, width in ((64, 32768), (1024, 8192)):
+    for rows, width in ((64, 32768), (256, 131072), (1024, 8192)):
         row = probe(rt, tt, sg, torch, gen, rows, width)
         results["shapes"].append(row)
         print(json.dumps(row), flush=True)

@@ -6,6 +6,7 @@ import importlib
 import pathlib
 import platform
 import sys
+import time
 import types
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -108,3 +109,69 @@ def load_sglang_transforms(wheel_dir: str = ".whl"):
     spec.loader.exec_module(module)
     module.__wheel__ = pathlib.Path(wheels[0]).name
     return module
+
+
+# ---------------------------------------------------------------- timing (every GPU runtime script)
+def bench(fn, rep_ms=200):
+    """GPU time per call, ms: triton's do_bench median (L2 flushed before each call)."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+
+
+def graph_time(fn, torch, calls=20):
+    """Per-call time from replaying a graph of `calls` launches (launch gaps removed)."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    return bench(graph.replay) / calls
+
+
+def host_us_interleaved(fns: dict, torch, rounds=9, calls=500, warmup=50):
+    """Host µs per eager call of each function: loops of launches with no synchronisation inside
+    (the GPU queue never fills at these sizes), measured in turns (A B C A B C …) so that drift of
+    the host's speed hits all alike; median over rounds."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    return {name: sorted(v)[len(v) // 2] for name, v in times.items()}
+
+
+def host_us(fn, torch, calls=400, repeats=5):
+    """Host µs per eager call of one function (median of `repeats` loops of `calls`)."""
+    return host_us_interleaved({"fn": fn}, torch, rounds=repeats, calls=calls, warmup=20)["fn"]
+
+
+def warm_up_clocks(torch, seconds=2.0):
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def copy_tbps(torch):
+    """Device-to-device copy rate, TB/s counting bytes read plus written."""
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x))
+    return 2 * x.numel() / (ms * 1e-3) / 1e12

@@ -259,7 +259,7 @@ def _block_for(k: int) -> tuple[int, int]:
 _knobs = getattr(triton, "knobs", None)
 _runtime_knobs = getattr(_knobs, "runtime", None)
 _HookChain = getattr(_knobs, "HookChain", None)
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only torch builds
+_raw_stream: Any = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only torch
 # The C launch's argument order used below is triton 3.6's (CudaLauncher.__call__), the version
 # this was checked on; under any other Triton every launch takes the JIT entry (correct, slower).
 _DIRECT_OK = triton.__version__.split(".")[:2] == ["3", "6"]
