@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call of the runtime measurements (issue 12): install the carried wheels, then checks,
+# tests and timings; every log goes into $OUT/<part>.tgz (one file: the tool returns at most eight). Usage (on the GPU machine, repo root):
+#   bash benchmarks/gpu_runtime_session.sh transforms .whl_sg   # sglang 0.5.23 wheel, no flashinfer
+#   bash benchmarks/gpu_runtime_session.sh mla .whl             # flashinfer + sgl-flash-mla
+set -uo pipefail
+part=$1 wheels=$2
+dst=/tmp/results/$part
+mkdir -p "$dst"
+trap 'tar czf "$OUT/$part.tgz" -C "$dst" .' EXIT
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  $(ls "$wheels"/*.whl | grep -v '/sglang-') || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+{ date -u; nvidia-smi; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; } > "$dst/env.log" 2>&1
+python3 benchmarks/gpu_runtime_check.py --out "$dst" > "$dst/gpu_runtime_check.log" 2>&1
+tail -3 "$dst/gpu_runtime_check.log"
+if [ "$part" = transforms ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/runtime/test_transforms.py > "$dst/pytest.log" 2>&1
+  tail -2 "$dst/pytest.log"
+  python3 benchmarks/gpu_decode_host_probe.py --out "$dst" --sglang-wheels "$wheels" > "$dst/probe.log" 2>&1
+  tail -4 "$dst/probe.log"
+  python3 benchmarks/bench_runtime.py --skip-mla --sglang-wheels "$wheels" --out "$dst" > "$dst/bench.log" 2>&1
+else
+  python3 -m pytest -q -p no:cacheprovider tests/runtime > "$dst/pytest.log" 2>&1
+  tail -4 "$dst/pytest.log"
+  python3 benchmarks/gpu_flashmla_check.py --out "$dst" > "$dst/gpu_flashmla_check.log" 2>&1
+  tail -3 "$dst/gpu_flashmla_check.log"
+  python3 benchmarks/bench_runtime.py --skip-transforms --out "$dst" > "$dst/bench.log" 2>&1
+fi
+grep -v '^{' "$dst/bench.log" | tail -60
