@@ -53,7 +53,11 @@ def check(
     workers = _capped(workers)
     try:
         loaded = load_case_files(list(cases)) if cases else None
-        reports = [check_bundle(p, workers=workers, cases=loaded) for p in (policy or concrete_bundles())]
+        names = list(policy or concrete_bundles())
+        # a progress line per bundle on a terminal's stderr; never under --json or when piped
+        reports = [check_bundle(p, workers=workers, cases=loaded, quiet=fmt == "json",
+                                label=f"check {p} ({i}/{len(names)})" if len(names) > 1 else None)
+                   for i, p in enumerate(names, 1)]
     except NsaPolicyError as exc:
         raise fail_usage(exc, fmt == "json") from None
     if fmt == "json":
@@ -65,33 +69,53 @@ def check(
 
 
 def diff(
-    a: str = typer.Argument(..., help="Bundle name or rule folder (before)."),
-    b: str = typer.Argument(..., help="Bundle name or rule folder (after)."),
+    a: Optional[str] = typer.Argument(None, help="Bundle name or rule folder (before); with --releases, the first "
+                                                 "release to show (default: every release bundle)."),
+    b: Optional[str] = typer.Argument(None, help="Bundle name or rule folder (after); with --releases, the last "
+                                                 "release to show."),
+    releases: bool = typer.Option(False, "--releases", help="Diff each sglang release bundle against the one before "
+                                                            "it: the changelog (docs/sglang-releases.md)."),
     inputs: Optional[str] = typer.Option(None, "--inputs", help="A case file or YAML list of inputs, instead of the space."),
     fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1),
 ) -> None:
-    """Every input whose decision differs between two bundles, grouped into change classes."""
-    from nsa_policy.errors import NsaPolicyError
+    """Every input whose decision differs between two bundles, grouped into change classes.
+
+    `--releases` writes the changelog of every sglang release bundle instead:
+    `nsa-policy diff --releases --format markdown --out docs/sglang-releases.md`."""
+    from nsa_policy.errors import InputError, NsaPolicyError
+    from nsa_policy.verify import changelog
     from nsa_policy.verify.diff import diff_inputs, diff_space, load_inputs, render_json, render_markdown, render_text
     from nsa_policy.verify.exhaustive import load_for_check
 
     fmt = "json" if as_json else fmt
     _format(fmt, ("text", "markdown", "json"), fmt == "json")
     workers = _capped(workers)
+    text: str
     try:
-        if out is not None:  # before the 6-9 s of work: a bad path must not waste it or lose the report
+        if releases and inputs:
+            raise InputError("--inputs", inputs, hint="--releases diffs over the enumerated space; drop one of them")
+        if not releases and (a is None or b is None):
+            raise InputError("diff", " ".join(x for x in (a, b) if x) or "(nothing)",
+                             hint="give two bundles (nsa-policy diff A B), or --releases")
+        if out is not None:  # before the seconds-to-minutes of work: a bad path must not waste it or lose the report
             check_output_path(out, field="--out", inputs=[inputs] if inputs else [])
-        ba, bb = load_for_check(a), load_for_check(b)
-        if inputs:
-            report = diff_inputs(ba, bb, load_inputs(inputs), inputs)
+        if releases:
+            log = changelog.release_changelog(a, b, workers=workers, quiet=fmt == "json")
+            text = {"json": changelog.render_json, "markdown": changelog.render_markdown,
+                    "text": changelog.render_text}[fmt](log)
         else:
-            report = diff_space(ba, bb, workers=workers, policy_a=a, policy_b=b)
+            assert a is not None and b is not None  # checked above
+            ba, bb = load_for_check(a), load_for_check(b)
+            if inputs:
+                report = diff_inputs(ba, bb, load_inputs(inputs), inputs)
+            else:
+                report = diff_space(ba, bb, workers=workers, policy_a=a, policy_b=b, quiet=fmt == "json")
+            text = {"json": render_json, "markdown": render_markdown, "text": render_text}[fmt](report)
     except NsaPolicyError as exc:
         raise fail_usage(exc, fmt == "json") from None
-    text = {"json": render_json, "markdown": render_markdown, "text": render_text}[fmt](report)
     if out:
         try:
             write_atomic(out, text if text.endswith("\n") else text + "\n", field="--out")

@@ -122,7 +122,7 @@ class Decision(Frozen):
     prefill_backend: Annotated[Optional[str], _out("prefill backend", "recorded")] = None
     decode_backend: Annotated[Optional[str], _out("decode backend", "recorded")] = None
     page_size: Annotated[Optional[int], _out("page size", "recorded")] = None
-    attention_backend: Annotated[Optional[str], _out("attention backend")] = None
+    attention_backend: Annotated[Optional[str], _out("attention backend", "recorded")] = None  # nsa → dsa in 0.5.13
     dense_attn_kv_len_threshold: Annotated[Optional[int], _out("dense-attention threshold", "recorded")] = None
     index_topk: Annotated[Optional[int], _out("index top-k")] = None
     kv_cache_layout: Annotated[Optional[str], _out("KV cache layout", "recorded")] = None

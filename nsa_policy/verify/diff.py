@@ -2,7 +2,8 @@
 
 A change class is one kind of change with one cause: an output that went from some values to others
 because rule X (in A) and rule Y (in B) decided it; a finding code that appeared or disappeared,
-with the rule that emits it; or accepted ↔ rejected. Each class lists its transitions (from → to,
+with the rule that emits it, or whose level changed (a note that became sglang's warning); or
+accepted ↔ rejected (a refusal: a finding at level error). Each class lists its transitions (from → to,
 with counts), the region of the space it covers (device / dtype / flag values seen, omitting
 dimensions where every value is affected) and a minimal example input.
 """
@@ -16,13 +17,13 @@ from typing import Any, Iterable, Optional
 
 from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.engine.decision import field_title
-from nsa_policy.verify.run import RECORD_FIELDS, record_of, run_space
+from nsa_policy.verify.run import RECORD_FIELDS, SpaceRun, record_of, run_space
 from nsa_policy.verify.space import Space, standard_space
 
 
 @dataclass
 class ChangeClass:
-    kind: str  # output | code-added | code-removed | status
+    kind: str  # output | code-added | code-removed | code-level | status
     what: str  # the output name, the code, or "status"
     cause_a: Optional[str]
     cause_b: Optional[str]
@@ -34,6 +35,7 @@ class ChangeClass:
     also: Counter = field(default_factory=Counter)  # status changes: the other error codes alongside
     best: Optional[tuple] = None
     example: Optional[dict] = None
+    example_move: Optional[tuple] = None  # the example's own transition (from, to)
 
     def title(self) -> str:
         if self.kind == "output":
@@ -49,6 +51,9 @@ class ChangeClass:
 
         doc = load_codes().codes.get(self.what)
         about = f" ({doc.summary})" if doc is not None else ""
+        if self.kind == "code-level":
+            moves = ", ".join(f"{a} → {b}" for (a, b), _ in self.transitions.most_common())
+            return f"{self.what}{about}: {moves}"
         return f"{'new' if self.kind == 'code-added' else 'no longer'} {self.what}{about}"
 
     def cause(self) -> str:
@@ -57,6 +62,8 @@ class ChangeClass:
             return f"emitted by {rules}"
         if self.kind == "code-removed":
             return f"was emitted by {rules}"
+        if self.kind == "code-level":
+            return f"emitted by {rules}"
         if self.kind == "status":
             also = ", ".join(f"{code} ({n})" for code, n in sorted(self.also.items()))
             return (f"{self.cause_a or self.cause_b} from {rules}" + (f"; alongside: {also}" if also else "")
@@ -88,8 +95,10 @@ def _fmt(v: Any) -> str:
 
 
 def _errors(codes: tuple) -> tuple[Optional[str], set, set]:
-    """(the primary error code — the lowest, the most basic —, the rules emitting it, the other codes)."""
-    errs = [(code, rule) for code, rule in codes if code[3] in "01"]
+    """(the primary error code — the lowest, the most basic —, the rules emitting it, the other error codes).
+
+    Errors are findings at level error, whatever their code: a compat bundle's refusals are NSA3xx."""
+    errs = [(code, rule) for code, rule, level in codes if level == "error"]
     if not errs:
         return None, set(), set()
     first = min(c for c, _ in errs)
@@ -116,14 +125,22 @@ def changes(rec_a: tuple, rec_b: tuple) -> list[tuple]:
                 out.append((("output", name, ca[i], cb[i]), (va[i], vb[i]), (set(), set())))
     by_code_a: dict[str, set] = {}
     by_code_b: dict[str, set] = {}
-    for code, rule in codes_a:
+    levels_a: dict[str, set] = {}
+    levels_b: dict[str, set] = {}
+    for code, rule, level in codes_a:
         by_code_a.setdefault(code, set()).add(rule)
-    for code, rule in codes_b:
+        levels_a.setdefault(code, set()).add(level)
+    for code, rule, level in codes_b:
         by_code_b.setdefault(code, set()).add(rule)
+        levels_b.setdefault(code, set()).add(level)
     for code in sorted(set(by_code_a) - set(by_code_b)):
         out.append((("code-removed", code, None, None), (code, None), (by_code_a[code], set())))
     for code in sorted(set(by_code_b) - set(by_code_a)):
         out.append((("code-added", code, None, None), (None, code), (by_code_b[code], set())))
+    for code in sorted(set(by_code_a) & set(by_code_b)):
+        if levels_a[code] != levels_b[code]:
+            move = ("/".join(sorted(levels_a[code])), "/".join(sorted(levels_b[code])))
+            out.append((("code-level", code, None, None), move, (by_code_b[code], set())))
     return out
 
 
@@ -143,8 +160,8 @@ def _group(pairs: Iterable[tuple[tuple, tuple, str, dict[str, str], tuple[int, i
             for dim, label in region.items():
                 c.region.setdefault(dim, set()).update(label if isinstance(label, tuple) else (label,))
             if c.best is None or key < c.best:
-                c.best, c.example = key, example
-    order = {"status": 0, "output": 1, "code-removed": 2, "code-added": 3}
+                c.best, c.example, c.example_move = key, example, move
+    order = {"status": 0, "output": 1, "code-removed": 2, "code-added": 3, "code-level": 4}
     return sorted(classes.values(), key=lambda c: (order[c.kind], -c.count, c.what, str(c.cause_a), str(c.cause_b)))
 
 
@@ -168,11 +185,22 @@ def _space_dimensions(space: Space) -> dict:
 
 def diff_space(a: CompiledBundle, b: CompiledBundle, space: Optional[Space] = None, *,
                workers: Optional[int] = None, policy_a: Optional[str] = None,
-               policy_b: Optional[str] = None) -> DiffReport:
-    space = space or standard_space([a, b])
-    run_a = run_space(a, space, workers=workers, invariants=False)
-    run_b = run_space(b, space, workers=workers, invariants=False)
+               policy_b: Optional[str] = None, quiet: bool = False) -> DiffReport:
+    """Diff two bundles over the space (by default the standard space of the two). A progress line
+    shows on a terminal's stderr unless `quiet`."""
+    from nsa_policy.progress import Progress
 
+    space = space or standard_space([a, b])
+    runs = []
+    with Progress(f"diff {a.name} → {b.name}", 2 * len(space), quiet=quiet) as bar:
+        for bundle in (a, b):
+            runs.append(run_space(bundle, space, workers=workers, invariants=False, progress=bar.advance))
+    return diff_runs(a, b, space, runs[0], runs[1], policy_a=policy_a, policy_b=policy_b)
+
+
+def diff_runs(a: CompiledBundle, b: CompiledBundle, space: Space, run_a: SpaceRun, run_b: SpaceRun, *,
+              policy_a: Optional[str] = None, policy_b: Optional[str] = None) -> DiffReport:
+    """The diff of two bundles' runs over the same space (each run once, reused across diffs)."""
     def pairs():
         for i, (ra, rb) in enumerate(zip(run_a.records, run_b.records)):
             if ra == rb or (ra[0] == rb[0] == "n/a" and ra[3] == rb[3]):
@@ -183,7 +211,7 @@ def diff_space(a: CompiledBundle, b: CompiledBundle, space: Optional[Space] = No
             region = {}
             for d, v in zip(point.block.dims, point.values):
                 region[d.name] = v.covers or (v.label,)
-            example = {"input": point.as_input(), "command_a": point.command(policy_a or a.name),
+            example = {"index": i, "input": point.as_input(), "command_a": point.command(policy_a or a.name),
                        "command_b": point.command(policy_b or b.name)}
             yield ra, rb, point.block.name, region, point.sort_key, example
 
@@ -283,7 +311,7 @@ def render_markdown(report: DiffReport, title: Optional[str] = None) -> str:
                "(the rule that decided it on each side); *where* lists only the dimensions that are not "
                "affected across all their values.", ""]
     sections = (("status", "Accepted / rejected"), ("output", "Outputs"), ("code-removed", "Findings that go away"),
-                ("code-added", "New findings"))
+                ("code-added", "New findings"), ("code-level", "Findings whose level changes"))
     lines += [f"| # | change | decided by (`{report.a}` → `{report.b}`) | inputs |", "|---|---|---|---|"]
     n = 0
     for kind, _ in sections:

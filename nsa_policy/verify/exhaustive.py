@@ -229,9 +229,12 @@ def load_for_check(policy: str) -> CompiledBundle:
 
 
 def check_bundle(policy: str, *, space: Optional[Space] = None, workers: Optional[int] = None,
-                 cases: Optional[list] = None) -> CheckReport:
+                 cases: Optional[list] = None, quiet: bool = False, label: Optional[str] = None) -> CheckReport:
     """Check one bundle. Raises InputError for an unknown policy name; a rule file that does not
-    compile is reported as a `schema` issue."""
+    compile is reported as a `schema` issue. A progress line (`label`, default `check NAME`) shows on
+    a terminal's stderr unless `quiet`."""
+    from nsa_policy.progress import Progress
+
     started = time.perf_counter()
     try:
         bundle = load_for_check(policy)
@@ -242,7 +245,8 @@ def check_bundle(policy: str, *, space: Optional[Space] = None, workers: Optiona
     report = CheckReport(bundle=bundle.name, policy=policy, compat=bundle.compat, digest=bundle.digest,
                          inputs=len(space), space=space.summary())
     issues = static_issues(bundle)
-    run = run_space(bundle, space, workers=workers)
+    with Progress(label or f"check {bundle.name}", len(space), quiet=quiet) as bar:
+        run = run_space(bundle, space, workers=workers, progress=bar.advance)
     issues += dynamic_issues(bundle, space, run, policy, workers=workers)
     issues.sort(key=lambda i: (KIND_ORDER.index(i.kind), i.subject))
     report.issues = issues

@@ -280,7 +280,7 @@ def _cause(decision, out: str) -> Optional[str]:
 def record_of(decision) -> tuple:
     values = tuple(getattr(decision, f) for f in RECORD_FIELDS)
     causes = tuple(_cause(decision, f) for f in RECORD_FIELDS)
-    codes = tuple(sorted((f.code, f.rule) for f in decision.findings))
+    codes = tuple(sorted((f.code, f.rule, f.level) for f in decision.findings))  # level: refusals are errors
     return (_status(decision), values, causes, codes)
 
 
@@ -449,21 +449,38 @@ def default_workers() -> int:
 
 
 def run_space(bundle: CompiledBundle, space: Space, *, workers: Optional[int] = None,
-              invariants: Optional[bool] = None) -> SpaceRun:
-    """Evaluate every input of the space; invariants default to on for non-compat bundles."""
+              invariants: Optional[bool] = None, progress: Optional[Callable[[int], None]] = None) -> SpaceRun:
+    """Evaluate every input of the space; invariants default to on for non-compat bundles.
+
+    `progress`, if given, is called with the number of inputs each finished range held (for a
+    progress line; ranges finish in index order)."""
     invariants = (not bundle.compat) if invariants is None else invariants
     workers = default_workers() if workers is None else workers
     n = len(space)
-    if workers <= 1 or n < 2000 or "fork" not in multiprocessing.get_all_start_methods():
-        return _evaluate_range(bundle, space, 0, n, invariants)
-    chunks = workers * 4
+    parallel = workers > 1 and n >= 2000 and "fork" in multiprocessing.get_all_start_methods()
+    if not parallel and (progress is None or n < 2000):
+        run = _evaluate_range(bundle, space, 0, n, invariants)
+        if progress is not None:
+            progress(n)
+        return run
+    chunks = workers * 4 if parallel else 8  # in one process, ranges only so progress shows between them
     bounds = [(n * k // chunks, n * (k + 1) // chunks) for k in range(chunks)]
-    _JOB.update(bundle=bundle, space=space, invariants=invariants)
-    try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            parts = pool.map(_work, bounds, chunksize=1)
-    finally:
-        _JOB.clear()
+    parts: list[SpaceRun] = []
+    if parallel:
+        _JOB.update(bundle=bundle, space=space, invariants=invariants)
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                for (lo, hi), part in zip(bounds, pool.imap(_work, bounds, chunksize=1)):
+                    parts.append(part)
+                    if progress is not None:
+                        progress(hi - lo)
+        finally:
+            _JOB.clear()
+    else:
+        for lo, hi in bounds:
+            parts.append(_evaluate_range(bundle, space, lo, hi, invariants))
+            if progress is not None:
+                progress(hi - lo)
     total = parts[0]
     for part in parts[1:]:
         total.merge(part)

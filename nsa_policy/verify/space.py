@@ -23,6 +23,7 @@ picks the minimal example of a finding: fewest settings first, then the lowest i
 """
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -155,13 +156,19 @@ class Point:
         out.update({f"package:{k}": v for k, v in packages.items()})
         return out
 
-    def command(self, policy: Optional[str] = None) -> str:
-        """The `nsa-policy resolve` command line that reproduces this input."""
+    def command(self, policy: Optional[str] = None, flags: Optional[dict[str, str]] = None) -> str:
+        """The `nsa-policy resolve` command line that reproduces this input; `flags` maps a config
+        field to the spelling to use (e.g. one sglang release's own), else `--field-name`."""
         device, config, env, packages, model = self.parts()
         if device is None:  # every block of the space has a device dimension
             raise ValueError(f"point {self.index} has no device value: no resolve command reproduces it")
         words = [f"{k}={v}" for k, v in env.items()] + ["nsa-policy", "resolve", "--device", device]
-        if isinstance(model, dict):
+        prefix = ""
+        if isinstance(model, dict) and set(model) - {"architectures", "index_topk", "num_attention_heads"}:
+            # keys no resolve flag carries (learnable_sink, index_kpool, …): write the config.json first
+            prefix = f"printf '%s' {shlex.quote(json.dumps(model))} > config.json && "
+            words += ["--model", "config.json"]
+        elif isinstance(model, dict):
             words += ["--arch", model["architectures"][0]]
             if "index_topk" in model:
                 words += ["--index-topk", str(model["index_topk"])]
@@ -170,7 +177,7 @@ class Point:
         else:
             words += ["--model", model]
         for key, value in config.items():
-            flag = "--" + key.replace("_", "-")
+            flag = (flags or {}).get(key) or "--" + key.replace("_", "-")
             if value is True:
                 words.append(flag)
             else:
@@ -179,7 +186,7 @@ class Point:
             words += ["--package", f"{dist}={version}"]
         if policy:
             words += ["--policy", policy]
-        return " ".join(shlex.quote(w) for w in words)
+        return prefix + " ".join(shlex.quote(w) for w in words)
 
 
 @dataclass
@@ -376,7 +383,7 @@ def _model_variants(topk: int) -> tuple[Value, ...]:
 SERVING_VARIANTS = (
     _cfg("default"),
     _cfg("dcp_size 2", dcp_size=2),
-    _cfg("dcp_size 2, HiSparse", dcp_size=2, enable_hisparse=True, disable_radix_cache=True),
+    _cfg("dcp_size 2 with HiSparse", dcp_size=2, enable_hisparse=True, disable_radix_cache=True),
     _cfg("prefill context parallel", enable_prefill_cp=True),
     _cfg("two-batch overlap", enable_two_batch_overlap=True),
 )
