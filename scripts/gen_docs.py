@@ -3,8 +3,12 @@
 report (docs/migration-from-sglang.md = `nsa-policy diff sglang-0.5.23 default`) and the sglang
 argument tables (docs/sglang-args.md, and the release → spellings table inside docs/startup.md).
 
-Run from anywhere: python scripts/gen_docs.py [--only matrix|migration|args]. tests/check/test_docs_fresh.py
+Run from anywhere: python scripts/gen_docs.py [--only matrix|migration|args|releases]. tests/check/test_docs_fresh.py
 and tests/startup/test_args_registry.py fail when the committed files are stale.
+
+`--only releases` writes the release changelog docs/sglang-releases.md (the same as
+`nsa-policy diff --releases --format markdown --out docs/sglang-releases.md`; minutes, so not part of the
+default run; tests/check/test_release_changelog.py checks it).
 """
 from __future__ import annotations
 
@@ -56,7 +60,7 @@ def args_docs(docs: Path) -> dict[Path, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("matrix", "migration", "args"))
+    parser.add_argument("--only", choices=("matrix", "migration", "args", "releases"))
     args = parser.parse_args()
     docs = REPO / "docs"
     if args.only in (None, "matrix"):
@@ -67,6 +71,13 @@ def main() -> int:
     if args.only in (None, "migration"):
         path = docs / "migration-from-sglang.md"
         path.write_text(migration_markdown(), encoding="utf-8")
+        print(f"wrote {path.relative_to(REPO)}")
+    if args.only == "releases":
+        from nsa_policy.safe_io import write_atomic
+        from nsa_policy.verify.changelog import release_changelog, render_markdown
+
+        path = docs / "sglang-releases.md"
+        write_atomic(path, render_markdown(release_changelog()), field="--out")
         print(f"wrote {path.relative_to(REPO)}")
     if args.only in (None, "args"):
         for path, text in args_docs(docs).items():

@@ -63,6 +63,7 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
 def backends(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the backends and where each runs (the capability matrix)."""
     from nsa_policy.catalog.store import KV_DTYPES, PHASES, load_catalog
+    from nsa_policy.verify.matrix import sglang_span
 
     cat = load_catalog()
     rows: list[dict[str, Any]] = []
@@ -74,13 +75,18 @@ def backends(as_json: bool = typer.Option(False, "--json")) -> None:
                     cap = cat.capability(name, cls, kv, phase)
                     if cap.runs:
                         where.setdefault(f"{cls}", []).append(f"{phase}/{kv}" + ("*" if cap.status == "degraded" else ""))
+        # since which sglang release each phase's flag lists it: derived from the catalog's sglang_choice
         rows.append({"backend": name, "phases": spec.phases, "package": spec.package, "description": spec.description,
-                     "runs_on": where})
+                     "sglang_since": {ph: sglang_span(name, ph) for ph in spec.phases}, "runs_on": where})
     if as_json:
         print(json.dumps(rows))
         return
     for r in rows:
         print(f"{r['backend']:<22} {','.join(r['phases']):<15} {r['description']}")
+        spans = {ph: span or "never" for ph, span in r["sglang_since"].items()}
+        since = (next(iter(spans.values())) if len(set(spans.values())) == 1
+                 else ", ".join(f"{ph} {span}" for ph, span in spans.items()))
+        print(f"    sglang  {since}")
         for cls, cells in r["runs_on"].items():
             print(f"    {cls:<7} {', '.join(cells)}")
     print("(* = runs, degraded)")

@@ -20,8 +20,25 @@ SYMBOL = {"supported": "✅", "degraded": "⚠️", "unsupported": "❌"}
 DIGEST_TAG = "matrix-data sha256:"
 
 
+def sglang_span(backend: str, phase: str) -> Optional[str]:
+    """Since (and until) which sglang release the backend is a choice of the phase's flag, from the
+    catalog (backends.yaml `sglang_choice`): "0.5.17", "≤ 0.5.10" (every release the argument registry
+    covers), "0.5.10–0.5.19"; None when no release lists it for that phase."""
+    from nsa_policy.catalog.args import load_args
+
+    cat = load_catalog()
+    since = cat.sglang_since(backend, phase)
+    if since is None:
+        return None
+    oldest = load_args().oldest
+    choice = cat.backends[backend].sglang_choice
+    until = choice.until if choice is not None else None
+    first = f"≤ {since}" if since == oldest else since
+    return f"{first}–{until}" if until else first
+
+
 def matrix_data(policy: str = "default", model: str = REFERENCE_MODEL) -> dict:
-    """Plain data: devices, rows (backend, phase) and cells {status, reason, default}."""
+    """Plain data: devices, rows (backend, phase, sglang release span) and cells {status, reason, default}."""
     from nsa_policy.api import build_facts, decide
 
     cat = load_catalog()
@@ -45,7 +62,7 @@ def matrix_data(policy: str = "default", model: str = REFERENCE_MODEL) -> dict:
                     cap = cat.capability(name, dev, kv, phase)
                     cells[f"{dev}/{kv}"] = {"status": cap.status, "reason": cap.reason if cap.status != "supported" else "",
                                             "default": picks.get((dev, kv, phase)) == name}
-            rows.append({"backend": name, "phase": phase, "cells": cells})
+            rows.append({"backend": name, "phase": phase, "sglang": sglang_span(name, phase), "cells": cells})
     return {"policy": policy, "model": model, "devices": devices, "kv_dtypes": list(KV_DTYPES),
             "auto_kv": auto_kv, "rows": rows,
             "device_descriptions": {d: cat.device_doc.classes[d].description for d in devices},
@@ -64,10 +81,12 @@ def render_markdown(data: dict, image: Optional[str] = None) -> str:
              f"Where each DSA sparse-attention backend runs (`rules/catalog/backends.yaml`) and what the "
              f"`{data['policy']}` policy picks (⭐) for {data['model']} when only the KV dtype is set. "
              "Each cell is `bf16 · fp8`: ✅ supported, ⚠️ runs with a cost, ❌ cannot run. "
-             "`auto` in a header marks the KV dtype `--kv-cache-dtype auto` becomes there.", ""]
+             "`auto` in a header marks the KV dtype `--kv-cache-dtype auto` becomes there. *sglang since*: the "
+             "first sglang release whose `--nsa/--dsa-<phase>-backend` flag lists the backend (the catalog's "
+             "`sglang_choice`; ≤ the oldest release the catalog covers; – when no release lists it).", ""]
     if image:
         lines += [f"![support matrix]({image})", ""]
-    head = ["backend", "phase"]
+    head = ["backend", "phase", "sglang since"]
     for dev in devices:
         auto = data["auto_kv"].get(dev)
         head.append(f"{dev}" + (f"<br>auto={KV_SHORT[auto]}" if auto else ""))
@@ -81,7 +100,7 @@ def render_markdown(data: dict, image: Optional[str] = None) -> str:
                 c = row["cells"][f"{dev}/{kv}"]
                 marks.append(("⭐" if c["default"] else "") + SYMBOL[c["status"]])
             cells.append(" · ".join(marks))
-        lines.append(f"| `{row['backend']}` | {row['phase']} | " + " | ".join(cells) + " |")
+        lines.append(f"| `{row['backend']}` | {row['phase']} | {row.get('sglang') or '–'} | " + " | ".join(cells) + " |")
     lines += ["", "Why a cell is ❌ or ⚠️:", ""]
     for backend in dict.fromkeys(r["backend"] for r in data["rows"]):
         reasons: dict[str, list] = {}
@@ -131,7 +150,7 @@ def render_picture(data: dict, path: Path) -> None:
     colors = {"supported": "#3b9a57", "degraded": "#f2b233", "unsupported": "#e6e6e6"}
     ncol, nrow = len(devices) * len(kvs), len(rows)
     cw, ch = 0.62, 0.44  # inches per cell
-    left, top, bottom = 2.9, 1.5, 1.05
+    left, top, bottom = 3.9, 1.5, 1.05
     fig_w, fig_h = left + ncol * cw + 0.3, top + nrow * ch + bottom
     fig = plt.figure(figsize=(fig_w, fig_h), dpi=110)
     ax = fig.add_axes((left / fig_w, bottom / fig_h, ncol * cw / fig_w, nrow * ch / fig_h))
@@ -151,10 +170,12 @@ def render_picture(data: dict, path: Path) -> None:
                             fontweight="bold")
                 elif c["status"] == "unsupported":
                     ax.text(x + 0.5, r + 0.52, "×", ha="center", va="center", fontsize=10, color="#9a9a9a")
-        label = f"{row['backend']}  {row['phase']}"
+        label = f"{row['backend']}  {row['phase']:<7} {row.get('sglang') or '-':>8}"  # the sglang release since
         ax.text(-0.25, r + 0.52, label, ha="right", va="center", fontsize=10, family="monospace")
         if r and rows[r - 1]["backend"] != row["backend"]:
-            ax.plot([-3.9, ncol], [r, r], color="#888888", linewidth=0.8, clip_on=False)
+            ax.plot([-5.5, ncol], [r, r], color="#888888", linewidth=0.8, clip_on=False)
+    ax.text(-0.25, -0.35, "backend  phase   sglang since", ha="right", va="center", fontsize=9, color="#555555",
+            family="monospace")
     for d, dev in enumerate(devices):
         x0 = d * len(kvs)
         if d:

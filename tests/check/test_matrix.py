@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from nsa_policy.api import build_facts, decide
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.verify.matrix import data_digest, matrix_data, picture_digest, render_picture
+from nsa_policy.verify.matrix import data_digest, matrix_data, picture_digest, render_markdown, render_picture
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +65,39 @@ def test_cli_matrix():
     result = CliRunner().invoke(app, ["matrix"])
     assert result.exit_code == 0 and "| `trtllm` | prefill |" in result.output
     assert CliRunner().invoke(app, ["matrix", "--format", "png"]).exit_code == 2
+
+
+def test_sglang_since_is_the_catalogs_first_listing_release(data):
+    """'sglang since' comes from backends.yaml sglang_choice (and the registry's oldest release), never typed."""
+    from nsa_policy.catalog.args import load_args
+    from nsa_policy.versions import parse_version
+
+    cat = load_catalog()
+    oldest = load_args().oldest
+    seen = set()
+    for row in data["rows"]:
+        since = cat.sglang_since(row["backend"], row["phase"])
+        if since is None:
+            assert row["sglang"] is None
+            continue
+        assert row["sglang"] == (f"≤ {since}" if since == oldest else since), row["backend"]
+        # the first release that lists it does, and the one before does not (unless it is the oldest)
+        assert cat.sglang_lists(row["backend"], row["phase"], since)
+        earlier = [r for r in load_args().releases if parse_version(r) < parse_version(since)]
+        assert since == oldest or not cat.sglang_lists(row["backend"], row["phase"], earlier[-1])
+        seen.add(row["sglang"])
+    assert {"≤ 0.5.10", "0.5.17", "0.5.22"} <= seen  # e.g. flashinfer_sparse_mla from 0.5.17, intel_xpu from 0.5.22
+    md = render_markdown(data)
+    assert "| backend | phase | sglang since |" in md and "| `flashinfer_sparse_mla` | decode | 0.5.17 |" in md
+
+
+def test_cli_backends_says_since_which_release():
+    from nsa_policy.cli import app
+
+    result = CliRunner().invoke(app, ["backends", "--json"])
+    assert result.exit_code == 0
+    rows = {r["backend"]: r for r in json.loads(result.output)}
+    assert rows["triton_sparse_mla"]["sglang_since"] == {"prefill": "0.5.22"}
+    assert rows["trtllm"]["sglang_since"] == {"prefill": "≤ 0.5.10", "decode": "≤ 0.5.10"}
+    text = CliRunner().invoke(app, ["backends"]).output
+    assert "    sglang  0.5.17" in text
