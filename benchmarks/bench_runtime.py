@@ -114,6 +114,15 @@ def _transform_shape(rt, sg, tt, torch, gen, copy_rate, name, b, per_req, width,
         variants[f"{block}/{warps}"] = dict(graph_ms=graph_time(variant, torch), eager_ms=bench(variant),
                                             equal=same)
     row["variants"] = variants
+    if not is_decode:  # the request search forced one way or the other (graph ms, output equal)
+        searches = {}
+        for vector in (True, False):
+            out.fill_(-7)
+            tt.launch_transform(pt, topk, cu, 1, out, vector_search=vector)
+            same = bool(torch.equal(out, bres))
+            searches["vector" if vector else "binary"] = dict(graph_ms=graph_time(
+                lambda v=vector: tt.launch_transform(pt, topk, cu, 1, out, vector_search=v), torch), equal=same)
+        row["search_variants"] = searches
     valid = int((topk >= 0).sum())
     stream_bytes = t * K * 8
     row["floor_stream_ms"] = stream_bytes / (copy_rate * 1e12) * 1e3
@@ -242,6 +251,31 @@ def _mla_shape(rt, torch, flashinfer, flash_mla, gen, pool, scale, kv, page_tabl
     return row
 
 
+def compact_sweep(rt, torch, seed=2):
+    """The compacting transform (decode form, K = 2048, a quarter −1) at several row counts and
+    (block / warps): do_bench ms, and whether the output equals the default setting's."""
+    from nsa_policy.runtime import _triton_transforms as tt
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    rows_out = []
+    for rows in (128, 256, 512, 1024, 2048, 4096):
+        pt = torch.randint(0, 1 << 20, (rows, 8192), generator=gen, device="cuda", dtype=torch.int32)
+        topk = sparse_topk(rows, K, 8192, 0.25, "cuda", gen)
+        ref, ref_n = rt.transform_index_page_table_decode_compact(pt, topk, 1, impl="triton")
+        pk, pc = torch.empty_like(ref), torch.empty_like(ref_n)
+        row = dict(rows=rows, default=list(tt._compact_block(K, rows)), ms={}, equal={})
+        for block, warps in COMPACT_VARIANTS:
+            pk.fill_(-7)
+            tt.launch_transform_compact(pt, topk, None, 1, pk, pc, block=block, warps=warps)
+            row["equal"][f"{block}/{warps}"] = bool(torch.equal(pk, ref) and torch.equal(pc, ref_n))
+            row["ms"][f"{block}/{warps}"] = bench(
+                lambda b=block, w=warps, a=(pt, topk, None, 1, pk, pc): tt.launch_transform_compact(
+                    *a, block=b, warps=w))
+        rows_out.append(row)
+        print(json.dumps(row), flush=True)
+    return rows_out
+
+
 def mla_bench(rt, torch):
     import flash_mla
     import flashinfer
@@ -263,7 +297,7 @@ def mla_bench(rt, torch):
     return results
 
 
-def markdown(env, copy_rate, passes, mla_rows) -> str:
+def markdown(env, copy_rate, passes, mla_rows, sweep=()) -> str:
     lines = [f"# Runtime adapter on {env.get('device')} ({env['measured_utc']})", "",
              f"torch {env['torch']} (CUDA {env['torch_cuda']}), triton {env['triton']}, flashinfer "
              f"{env['flashinfer']}, sgl-flash-mla {env.get('flash_mla')}, sglang transforms from "
@@ -324,6 +358,26 @@ def markdown(env, copy_rate, passes, mla_rows) -> str:
                 f"{hu['flashmla_bare_topk_length']:.1f} | " + " | ".join(
                     f"{cv[f'{b}/{w}']['ms']:.4f}{'' if cv[f'{b}/{w}']['equal'] else ' (DIFFERS)'}"
                     for b, w in COMPACT_VARIANTS) + " |")
+    if sweep:
+        lines += ["", "Compacting transform alone (decode form, K = 2048, ¼ −1), do_bench ms by rows and "
+                  "(block / warps); * = the default setting; all outputs equal unless marked:", "",
+                  "| rows | " + " | ".join(f"{b}/{w}" for b, w in COMPACT_VARIANTS) + " |",
+                  "|---|" + "---|" * len(COMPACT_VARIANTS)]
+        for r in sweep:
+            cells = []
+            for b, w in COMPACT_VARIANTS:
+                name = f"{b}/{w}"
+                mark = "*" if [b, w] == r["default"] else ""
+                cells.append(f"{r['ms'][name]:.4f}{mark}{'' if r['equal'][name] else ' (DIFFERS)'}")
+            lines.append(f"| {r['rows']} | " + " | ".join(cells) + " |")
+    searches = [(i, r) for i, rows in enumerate(passes, 1) for r in rows if "search_variants" in r]
+    if searches:
+        lines += ["", "Ragged prefill, request search forced (graph ms; default in the main table):", "",
+                  "| shape (pass) | vector compare | binary search | equal |", "|---|---|---|---|"]
+        for i, r in searches:
+            sv = r["search_variants"]
+            lines.append(f"| {r['shape']} ({i}) | {sv['vector']['graph_ms']:.4f} | {sv['binary']['graph_ms']:.4f} | "
+                         f"{sv['vector']['equal'] and sv['binary']['equal']} |")
     decode_rows = [(i, r) for i, rows in enumerate(passes, 1) for r in rows if "host_us_interleaved" in r]
     if decode_rows:
         lines += ["", "## Eager decode: host µs per call, measured in turns (median of 9 rounds × 500 calls)", "",
@@ -366,6 +420,7 @@ def main() -> None:
                                               for seed in range(args.passes)]
     torch.cuda.empty_cache()
     mla_rows = [] if args.skip_mla else mla_bench(rt, torch)
+    sweep = [] if args.skip_mla else compact_sweep(rt, torch)
     criteria = {}
     for i, rows in enumerate(passes, 1):
         for r in rows:
@@ -385,11 +440,11 @@ def main() -> None:
             r["adapter_vs_bare"]["flashmla_vs_bare_topk_length"] >= 0.95
         criteria[f"{shape}: fa3 adapter >= 95% of bare"] = r["adapter_vs_bare"]["fa3"] >= 0.95
     report = {"environment": env, "copy_tbps": rate, "transform_passes": passes, "mla": mla_rows,
-              "criteria": criteria}
+              "compact_sweep": sweep, "criteria": criteria}
     part = "transforms" if not mla_rows else "mla" if not passes else "all"
     with open(f"{args.out}/bench_runtime_{part}.json", "w") as f:
         json.dump(report, f, indent=1, default=str)
-    md = markdown(env, rate, passes, mla_rows) + "\n## Criteria (issue 12)\n\n" + "\n".join(
+    md = markdown(env, rate, passes, mla_rows, sweep) + "\n## Criteria (issue 12)\n\n" + "\n".join(
         f"- {'met' if ok else 'NOT met'}: {name}" for name, ok in criteria.items()) + "\n"
     with open(f"{args.out}/bench_runtime_{part}.md", "w") as f:
         f.write(md)

@@ -352,13 +352,16 @@ def _index_args(topk_indices: torch.Tensor, page_table: torch.Tensor,
 def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
                      cu_extend_lens: Optional[torch.Tensor], page_size: int,
                      out: torch.Tensor, block: Optional[int] = None, warps: Optional[int] = None,
-                     addresses: bool = True) -> torch.Tensor:
+                     addresses: bool = True, vector_search: Optional[bool] = None) -> torch.Tensor:
     num_rows, k = topk_indices.shape
     if num_rows == 0 or k == 0:
         return out
     ragged = cu_extend_lens is not None
     num_reqs = cu_extend_lens.shape[0] - 1 if cu_extend_lens is not None else page_table.shape[0]
     vector_block, steps = _search(num_reqs)
+    if vector_search is not None:  # (benchmark variants) force one request search or the other
+        vector_block = max(16, triton.next_power_of_2(max(num_reqs, 1))) if vector_search else 0
+        steps = 1 if vector_search else max(1, num_reqs.bit_length() + 1)
     if block is None:
         block, warps = _plain_block(k, num_rows, ragged and num_reqs == 1)
     grid = (num_rows, (k + block - 1) // block)
@@ -383,8 +386,18 @@ def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
     return out
 
 
-def _compact_block(k: int) -> tuple[int, int]:
+def _compact_block(k: int, num_rows: int) -> tuple[int, int]:
+    """(block, warps) of the compacting transform. K = 2048, measured on the H200
+    (runtime_h200_run7, mla/): few rows run fastest as one 2048-wide block per row on 16 warps
+    (128 rows: 8.6 µs against 10.8 at 1024/4), many rows as 256-wide blocks on 2 warps, more
+    programs resident per SM (4096 rows: 44.5 µs against 51.3)."""
+    if k == 2048:
+        return (2048, 16) if num_rows < COMPACT_MANY_ROWS else (256, 2)
     return _block_for(min(k, 1024) if k else 16)
+
+
+# from this many rows on, the many-rows setting of _compact_block (see the sweep in runtime_h200_run7)
+COMPACT_MANY_ROWS = 1024
 
 
 def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tensor,
@@ -400,7 +413,7 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
     num_reqs = cu_extend_lens.numel() - 1 if cu_extend_lens is not None else page_table.shape[0]
     vector_block, steps = _search(num_reqs)
     if block is None:
-        block, warps = _compact_block(k)
+        block, warps = _compact_block(k, num_rows)
     csr = kv_indptr is not None
     row_len = page_table.shape[1] * page_size
     dummy = 0 if empty_row_slot is None else empty_row_slot

@@ -594,7 +594,12 @@ class SparseMLAAdapter:
         buf = plan.q_padded
         if buf is None or buf.shape != (q.shape[0], target, HEAD_DIM_QK) or buf.device != q.device:
             buf = plan.q_padded = q.new_zeros(q.shape[0], target, HEAD_DIM_QK)
-        buf[:, :heads].copy_(q)
+        if q.element_size() == 2 and q.is_contiguous() and q.storage_offset() % 4 == 0:
+            # moved as 8-byte words: torch's strided copy moves bf16 one element at a time
+            # (0.093 ms for [4096, 16, 576] on the H200, runtime_h200_run7)
+            buf.view(torch.int64)[:, :heads].copy_(q.view(torch.int64))
+        else:
+            buf[:, :heads].copy_(q)
         return buf
 
     def _run_flashmla_sparse(self, phase, q, kv_cache, topk_indices, page_table, plan):
