@@ -87,11 +87,20 @@ def _flag(release: str) -> str:
     return "dsa" if _v(release) >= (0, 5, 13) else "nsa"
 
 
+_INDEXER = {"index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
+
+
 def _model(arch: str, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(oracle base, config overrides): DeepSeek-V3.2's config.json with the architecture replaced."""
+    """(oracle base, config overrides). DeepseekV32ForCausalLM is DeepSeek-V3.2's own config.json
+    (model_type deepseek_v32: where the release's transformers lacks that type, sglang reloads it as
+    DeepseekV3ForCausalLM, as it does for the real checkpoint). Every other architecture is DeepSeek-V3's
+    config.json (model_type deepseek_v3, which no release rewrites) with that architecture and the indexer
+    keys; "non-dsa" is DeepSeek-V3 itself (no index_topk)."""
     if arch == "non-dsa":
         return "ds3", dict(extra)
-    return "ds32", {"architectures": [arch], **extra}
+    if arch == "DeepseekV32ForCausalLM":
+        return "ds32", dict(extra)
+    return "ds3", {"architectures": [arch], **_INDEXER, **extra}
 
 
 def full_grid(release: str) -> Iterator[dict[str, Any]]:
@@ -112,7 +121,7 @@ def full_grid(release: str) -> Iterator[dict[str, Any]]:
     row = 0
     for (dev, pre), model, kv, p, d in itertools.product(DEVICE_VARIANTS, ("glm5", "ds32"),
                                                          ("auto", "bfloat16", "fp8_e4m3"), BACKENDS, BACKENDS):
-        base, cfg = (model, {}) if model == "glm5" else _model("DeepseekV32ForCausalLM", {})
+        base, cfg = (model, {}) if model == "glm5" else _model("DeepseekV32ForCausalLM", {})  # the real configs
         for copy in range(3):
             n += 1
             yield item(dev, pre, base, cfg, kv, p, d, names[(row + 7 * copy) % len(names)])
@@ -170,6 +179,7 @@ GRIDS = {"full": full_grid, "main": main_grid, "variants": variant_grid}
 _MODEL_FACTS = {  # what nsa-policy reads of the oracle's base configs (policy_oracle.BASES)
     "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "num_attention_heads": 128},
     "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "num_attention_heads": 128},
+    "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 2048, "num_attention_heads": 64},
 }
 
 
@@ -203,22 +213,33 @@ def ours(release: str, item: dict[str, Any]) -> dict[str, Any]:
     if item["model"] in MODELS and not item.get("config"):
         model: Any = MODELS[item["model"]]
     else:
-        base = _MODEL_FACTS["ds32" if item["model"] == "glm5" else item["model"]]
-        if item["model"] == "glm5":
-            base = {"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 2048, "num_attention_heads": 64}
-        model = {**base, **(item.get("config") or {})}
+        model = {**_MODEL_FACTS[item["model"]], **(item.get("config") or {})}
     try:
         facts = build_facts(config, device=DEVICES[item["device"]], model=model, env=env, packages=packages)
         d = decide(facts, f"sglang-{release}", trace=False)
     except NsaPolicyError as exc:
         return {**refused, "codes": [f"input: {exc}"]}
-    return {"ok": not d.errors, "kv_cache_dtype": d.kv_cache_dtype, "prefill_backend": d.prefill_backend,
+    return {"ok": not d.errors, "applies": d.applies, "kv_cache_dtype": d.kv_cache_dtype, "prefill_backend": d.prefill_backend,
             "decode_backend": d.decode_backend, "page_size": d.page_size, "attention_backend": d.attention_backend,
             "threshold": d.dense_attn_kv_len_threshold, "codes": [f.code for f in d.errors]}
 
 
+_KV_SAME = {"bf16": "bfloat16", "auto": None}  # sglang's alias; "auto" = left to the engine (nothing decided)
+
+
 def agree(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
-    return bool(mine["ok"] == theirs["ok"] and (not mine["ok"] or all(mine[f] == theirs[f] for f in FIELDS)))
+    """Same refusal; where both accept a model the release runs as DSA, the same DSA outputs. Where the
+    release does not run its DSA start-up code for the architecture (nsa-policy: the decision does not
+    apply), sglang's attention backend must not be its DSA one; its other values are its dense-model
+    defaults, which no DSA policy decides."""
+    if mine["ok"] != theirs["ok"]:
+        return False
+    if not mine["ok"]:
+        return True
+    if not mine.get("applies", True):
+        return theirs["attention_backend"] not in ("nsa", "dsa")
+    return all((_KV_SAME.get(theirs[f], theirs[f]) if f == "kv_cache_dtype" else theirs[f]) == mine[f]
+               for f in FIELDS)
 
 
 # the oracle ---------------------------------------------------------------------------------------

@@ -92,7 +92,8 @@ def _attn_dp(values: dict[str, Any], value: Any, key: str) -> None:
 def environment_from(env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
                      release: Optional[str] = None) -> Environment:
     """The environment facts. With `release`, only the threshold variable that sglang release reads counts
-    (the other name is ignored, as that release ignores it); without, either name, and two different values conflict."""
+    (the other name is ignored, as that release ignores it); without, either name (the NSA one first; the
+    namespace has both values, for the policy to settle a conflict)."""
     env = os.environ if env is None else env
     found: list[tuple[str, int]] = []
     read = None if release is None else load_args().env_var_read("dense_attn_kv_len_threshold", release)
@@ -108,8 +109,8 @@ def environment_from(env: Optional[Mapping[str, str]] = None, packages: Optional
         if val < 0:
             raise InputError(var, raw, hint="the environment variable must be a non-negative integer")
         found.append((var, val))
-    if len(found) == 2 and found[0][1] != found[1][1]:
-        raise InputError(found[1][0], found[1][1], hint=f"conflicts with {found[0][0]}={found[0][1]}")
+    # Two names with different values are not an input error: each sglang release reads one of them
+    # (its compat bundle says which); the default policy refuses the ambiguity (NSA004).
     first: tuple[Optional[str], Optional[int]] = found[0] if found else (None, None)
     variables = {name: str(env[name]) for name in DSA_ENV_VARS if env.get(name) is not None}
     return Environment(dense_attn_kv_len_threshold=first[1], threshold_env_var=first[0], packages=dict(packages or {}),

@@ -90,6 +90,14 @@ class BundleFile(_Strict):
     compat: bool = Field(default=False, description="compatibility bundles may overwrite outputs")
     abstract: bool = Field(default=False, description="a base that only other bundles extend")
     source: Optional[str] = None
+    # An engine release applies its DSA start-up code only to the architectures on its own lists; a DSA
+    # model outside them starts as a dense model there (no DSA setting applies). Inherited via extends.
+    dsa_architectures: Optional[list[str]] = Field(
+        default=None, description="architectures this engine release runs its DSA start-up defaults for "
+                                  "(unset: every DSA architecture of the catalog)")
+    family_only_architectures: Optional[list[str]] = Field(
+        default=None, description="architectures that get only the model-family overrides (attention backend, "
+                                  "page size), not the KV dtype, backend and threshold defaults")
 
 
 # ---------------------------------------------------------------- what a rule sets
@@ -268,6 +276,18 @@ class CompiledBundle:
     stages: dict[str, tuple[CompiledRule, ...]]
     files: tuple[str, ...]
     source: Optional[str]
+    dsa_architectures: Optional[frozenset[str]] = None
+    family_only_architectures: frozenset[str] = frozenset()
+
+    def dsa_scope(self, family: Optional[str], architecture: Optional[str]) -> str:
+        """'full', 'family_only' or 'none': how much of its DSA start-up code the engine runs for the model."""
+        if family is None:
+            return "none"
+        if architecture in self.family_only_architectures:
+            return "family_only"
+        if self.dsa_architectures is None or architecture in self.dsa_architectures:
+            return "full"
+        return "none"
 
     @property
     def rules(self) -> list[CompiledRule]:
@@ -407,9 +427,12 @@ class _Loader:
             parent_dir = folder.parent / head.extends
             ref = str(parent_dir) if (parent_dir / BUNDLE_FILE).is_file() else head.extends
             try:
-                _, stages, files = self.load(ref, seen + (key,))
+                parent, stages, files = self.load(ref, seen + (key,))
             except InputError as exc:
                 raise RuleFileError(str(head_path), None, f"extends: {exc}") from None
+            inherited = {k: getattr(parent, k) for k in ("dsa_architectures", "family_only_architectures")
+                         if getattr(head, k) is None and getattr(parent, k) is not None}
+            head = head.model_copy(update=inherited)
         else:
             stages, files = {s: [] for s in STAGES}, []
         files = files + [head_path]
@@ -560,9 +583,18 @@ def compile_bundle(name_or_dir: str, catalog: Optional[Catalog] = None, codes: O
         h.update(f.name.encode())
         h.update(f.read_bytes())
     chain = tuple(dict.fromkeys(str(f.parent.name) for f in files))
+    known = set(catalog.arch_family)
+    for key in ("dsa_architectures", "family_only_architectures"):
+        unknown = sorted(set(getattr(head, key) or ()) - known)
+        if unknown:
+            raise RuleFileError(str(bundle_path(name_or_dir) / BUNDLE_FILE), None,
+                                f"{key}: {unknown[0]!r} is not an architecture of the model catalog; "
+                                f"closest: {closest(unknown[0], sorted(known))!r}")
     return CompiledBundle(name=head.name, description=head.description, compat=head.compat, chain=chain,
                           digest=h.hexdigest()[:16], stages=compiled, files=tuple(str(f) for f in files),
-                          source=head.source)
+                          source=head.source,
+                          dsa_architectures=None if head.dsa_architectures is None else frozenset(head.dsa_architectures),
+                          family_only_architectures=frozenset(head.family_only_architectures or ()))
 
 
 def _is_abstract(name: str) -> bool:

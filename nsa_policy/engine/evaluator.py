@@ -34,6 +34,7 @@ from nsa_policy.engine.namespace import FactNamespace, build_namespace, threshol
 _USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--nsa-prefill-backend"),
                  ("decode_backend", "--nsa-decode-backend"), ("page_size", "--page-size"))
 _DSA_STAGES = tuple(s for s in STAGES if s != "not_dsa")
+_DEFAULTING_STAGES = ("kv_cache", "backends", "threshold")
 _OUTPUT_KEYS = tuple((f, "out." + f) for f in DECISION_OUTPUTS)
 # Per output a rule sets: (output, "out.<output>", "prov.<output>", value spec, provenance when it replaces nothing)
 Targets = tuple[tuple[str, str, str, ValueSpec, Provenance], ...]
@@ -248,9 +249,14 @@ def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: b
     ns = build_namespace(facts, catalog)
     ev = _Evaluation(ns, catalog, trace)
     _seed_user_values(ev)
-    applies = facts.model.family is not None
+    scope = bundle.dsa_scope(facts.model.family, facts.model.architecture)
+    ns["policy.dsa_scope"] = scope
+    applies = scope != "none"
     plan = _plan(bundle, ns, facts.device, trace)
-    for stage in (_DSA_STAGES if applies else ("not_dsa",)):
+    stages = _DSA_STAGES if applies else ("not_dsa",)
+    if scope == "family_only":  # the engine leaves the KV dtype, the backends and the threshold as given
+        stages = tuple(s for s in stages if s not in _DEFAULTING_STAGES)
+    for stage in stages:
         _run_stage(ev, plan.get(stage, ()))
         if stage == "input" and ev.findings["error"]:
             break  # malformed input: later stages would only repeat the problem

@@ -24,8 +24,10 @@ STATIC_PATHS = frozenset(
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
     + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
-                             "dsa_hip_disable_preshuffle", "nsa_threshold_set", "dsa_threshold_set")]
+                             "dsa_hip_disable_preshuffle", "nsa_threshold_set", "dsa_threshold_set",
+                             "dsa_threshold", "threshold_conflict")]
     + [f"derived.{k}" for k in ("attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
+    + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
                                "dsa_flags_set")]
     + [f"out.{k}" for k in OUTPUT_FIELDS] + [f"prov.{k}" for k in OUTPUT_FIELDS]
@@ -55,7 +57,7 @@ _EVERYTHING = frozenset(INPUTS)
 _FAMILY_INPUTS = {
     "device": frozenset({"device"}), "model": frozenset({"model"}), "config": frozenset({"config"}),
     "env": frozenset({"env"}), "pkg": frozenset({"packages"}), "input": frozenset({"config", "env"}),
-    "sglang": frozenset({"config"}),
+    "sglang": frozenset({"config"}), "policy": frozenset({"model"}),  # the bundle's scope for the architecture
     # Outputs, and what the catalog says about the chosen backends, follow from all of it.
     "out": _EVERYTHING, "cap": _EVERYTHING, "req": _EVERYTHING, "pad": _EVERYTHING,
 }
@@ -230,6 +232,7 @@ def _env_switches(e: Environment) -> dict[str, Optional[bool]]:
     None when the variable is unset (0.5.13-0.5.20 then fall back to the NSA name; 0.5.21+ do not)."""
     v = e.variables
     dsa = v.get("SGLANG_DSA_HIP_DISABLE_PRESHUFFLE")
+    nsa, dsa_thr = (_int_env(v.get(f"SGLANG_{p}_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD")) for p in ("NSA", "DSA"))
     return {
         "env.use_aiter": _get_bool_env_var(v.get("SGLANG_USE_AITER")),
         "env.aiter_aot_gluon_pa_mqa_logits": _get_bool_env_var(v.get("AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS")),
@@ -237,9 +240,17 @@ def _env_switches(e: Environment) -> dict[str, Optional[bool]]:
         # environ.EnvBool: true/1/yes/y hold (false/0/no/n do not; sglang raises on anything else)
         "env.dsa_hip_disable_preshuffle": None if dsa is None else dsa.lower() in ("true", "1", "yes", "y"),
         # which threshold names are set (with a value): sglang up to 0.5.12 reads only the NSA one, later only the DSA one
-        "env.nsa_threshold_set": bool(v.get("SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", "").strip()),
-        "env.dsa_threshold_set": bool(v.get("SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", "").strip()),
+        "env.nsa_threshold_set": nsa is not None,
+        "env.dsa_threshold_set": dsa_thr is not None,
+        # the DSA name's own value (env.dense_attn_kv_len_threshold is the NSA name's when both are set)
+        "env.dsa_threshold": dsa_thr,
+        "env.threshold_conflict": nsa is not None and dsa_thr is not None and nsa != dsa_thr,
     }
+
+
+def _int_env(raw: Optional[str]) -> Optional[int]:
+    """A threshold variable's value (environment_from has validated it); None when unset or blank."""
+    return None if raw is None or not raw.strip() else int(raw.strip())
 
 
 def threshold_detail(ns: FactNamespace) -> Optional[str]:
