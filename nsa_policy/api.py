@@ -11,19 +11,23 @@ from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
 from nsa_policy.errors import PolicyError
-from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from
+from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from, spellings_from
 from nsa_policy.integration.discovery import is_auto
 
 
 def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
-                env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None) -> Facts:
+                env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
+                spellings: Optional[tuple[str, ...]] = None) -> Facts:
+    """spellings: the sglang flags the configuration was given with (default: a mapping's flag-form keys)."""
     catalog = load_catalog()
     cfg = config_from(config)
     dev = device_from(device, catalog)
     mdl = model_from(model, cfg, catalog)
     if packages is None and is_auto(device):
         packages = installed_packages()  # local machine only: another machine's packages are unknown
-    return Facts(device=dev, model=mdl, config=cfg, env=environment_from(env, packages), derived=derive(mdl, cfg))
+    spelt = spellings_from(config) if spellings is None else tuple(spellings)
+    return Facts(device=dev, model=mdl, config=cfg, env=environment_from(env, packages), derived=derive(mdl, cfg),
+                 spellings=spelt)
 
 
 def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Decision:

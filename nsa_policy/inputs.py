@@ -34,19 +34,53 @@ def _validate_config(values: dict[str, Any]) -> ServingConfig:
         raise InputError(field, err.get("input"), hint=err["msg"]) from None
 
 
+def _flag_key(key: Any) -> Optional[tuple[Any, Any]]:
+    """(argument, spelling) of a mapping key written as sglang's flag: `--nsa-prefill-backend`, or
+    `nsa-prefill-backend` as a --config file spells it. Underscored keys are attribute/field names."""
+    if not isinstance(key, str) or not (key.startswith("--") or "-" in key):
+        return None
+    return load_args().lookup(key if key.startswith("--") else "--" + key)
+
+
+def spellings_from(obj: Any) -> tuple[str, ...]:
+    """The sglang flags a mapping's flag-form keys spell (nsa-policy's own spellings left out), in order."""
+    if not isinstance(obj, Mapping):
+        return ()
+    out = []
+    for key, value in obj.items():
+        hit = _flag_key(key)
+        if hit is not None and value is not None and value is not False and not hit[1].nsa_policy_only:
+            out.append(hit[1].flag)
+    return tuple(dict.fromkeys(out))
+
+
 def config_from(obj: Any) -> ServingConfig:
-    """A ServingConfig from a ServingConfig, a mapping, or any object with sglang's attribute names."""
+    """A ServingConfig from a ServingConfig, a mapping, or any object with sglang's attribute names.
+
+    A mapping's keys are field or attribute names (nsa_prefill_backend, dsa_prefill_backend), or sglang's
+    flags as a --config file spells them (nsa-prefill-backend, --dsa-prefill-backend); the flags of
+    arguments the policy does not read are accepted and not used."""
     if obj is None:
         return ServingConfig()
     if isinstance(obj, ServingConfig):
         return obj
     values: dict[str, Any] = {}
     if isinstance(obj, Mapping):
-        attn_dp = [(k, v) for k, v in obj.items() if k in ATTN_DP_NAMES and v is not None]
+        attn_dp = []
         for key, value in obj.items():
-            if key in ATTN_DP_NAMES:
+            hit = _flag_key(key)
+            if key in ATTN_DP_NAMES or (hit is not None and hit[0].name == "attn_dp_size"):
+                if value is not None:
+                    attn_dp.append((key, value))
                 continue
-            name = FIELD_ALIASES.get(key, key)
+            if hit is not None:
+                if hit[0].field is None:
+                    continue  # an sglang argument the policy does not read (cp_strategy, attention_backend)
+                name = hit[0].field
+                if hit[0].type == "bool" and value is False:
+                    continue  # a switch left off, as a --config file's `key: false` is
+            else:
+                name = FIELD_ALIASES.get(key, key)
             if name not in ServingConfig.model_fields:
                 raise InputError(f"config.{key}", value, hint="unknown serving argument"
                                  + (f"; did you mean {closest(key, CONFIG_FIELDS)!r}?" if closest(key, CONFIG_FIELDS) else ""))

@@ -66,6 +66,9 @@ class Spelling(_Ranged):
     dest: Optional[str] = Field(default=None, description="this spelling's own argparse dest, when not the argument's")
     choices: Optional[Tup[str]] = Field(
         default=None, description="this spelling's own choices, when narrower than the argument's")
+    use: Optional[str] = Field(
+        default=None, description="what the release's deprecation warning says to use instead, when not the "
+                                  "argument's canonical flag (--enable-dp-attention: '--attn-dp-size <dp-size>')")
 
     def status(self, release: Version) -> SpellingStatus:
         if self.nsa_policy_only:
@@ -238,6 +241,42 @@ class ArgRegistry:
             if sp.status(r) == "canonical":
                 return sp.flag
         return None
+
+    def refused_text(self, spellings: tuple[str, ...], release: object) -> Optional[str]:
+        """The spellings of `spellings` (flags as given) that the release's parser refuses, each with what to
+        use instead, as one line; None when it accepts them all. nsa-policy's own spellings are not sglang's."""
+        r = self._rel(release)
+        parts = []
+        for flag in spellings:
+            hit = self.lookup(flag)
+            if hit is None:
+                continue
+            arg, sp = hit
+            status = sp.status(r)
+            if status not in ("removed", "not-yet"):
+                continue
+            why = f"removed after sglang {sp.last}" if status == "removed" else f"first accepted in sglang {sp.first}"
+            new = self.spelling_for(arg.name, r)
+            var = self.env_var_read(arg.name, r)
+            instead = f"use {new}" if new else (f"sglang reads {var} instead" if var else
+                                                f"sglang {r} has no such argument")
+            parts.append(f"{sp.flag} ({why}; {instead})")
+        return ", ".join(parts) or None
+
+    def deprecated_text(self, spellings: tuple[str, ...], release: object) -> Optional[str]:
+        """The release parser's own deprecation warnings for the deprecated aliases among `spellings`
+        (arg_groups/argparse_actions.py Deprecated*Action), joined; None when there are none."""
+        r = self._rel(release)
+        out = []
+        for flag in spellings:
+            hit = self.lookup(flag)
+            if hit is None or hit[1].status(r) != "deprecated":
+                continue
+            arg, sp = hit
+            new = sp.use or self.spelling_for(arg.name, r)
+            instead = f" Use '{new}' instead." if new else ""
+            out.append(f"'{sp.flag}' is deprecated and will be removed in a future release.{instead}")
+        return " ".join(out) or None
 
     def attribute_for(self, arg: str, release: object) -> Optional[str]:
         """The attribute the release's parsed namespace / ServerArgs holds the argument in."""

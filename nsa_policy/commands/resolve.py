@@ -141,9 +141,12 @@ def resolve(
     from nsa_policy.api import build_facts, decide
 
     try:
-        config, used = serving_config(serving)
+        given, used = serving_config(serving)
     except InputError as exc:
         raise fail_usage(exc, as_json) from None
+    # keyed by the flag as given, so the facts know the spelling: a release bundle judges it (refused,
+    # deprecated) as that release's parser would
+    config: dict[str, Any] = {used[name]: value for name, value in given.items()}
     if model is not None:
         config["model_path"] = model
     if "," in device:

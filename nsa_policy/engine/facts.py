@@ -149,6 +149,11 @@ class Facts(Frozen):
     config: ServingConfig
     env: Environment = Environment()
     derived: DerivedFacts
+    # How the caller spelt the serving arguments, where it said so in sglang's own spelling (resolve's
+    # flags, flag-form keys of a mapping such as a --config file's): each release accepts, deprecates
+    # or refuses spellings (rules/catalog/sglang-args.yaml), and its compatibility bundle says which.
+    spellings: tuple[str, ...] = Field(default=(), description="sglang flags as given (--nsa-prefill-backend); "
+                                                               "empty when given by policy field name")
 
 
 def derive(model: ModelFacts, config: ServingConfig) -> DerivedFacts:

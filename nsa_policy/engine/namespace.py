@@ -29,7 +29,7 @@ STATIC_PATHS = frozenset(
     + [f"derived.{k}" for k in ("attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
     + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
-                               "dsa_flags_set")]
+                               "dsa_flags_set", "spellings")]
     + [f"out.{k}" for k in OUTPUT_FIELDS] + [f"prov.{k}" for k in OUTPUT_FIELDS]
 )
 LAZY_PATHS = frozenset(f"{kind}.{phase}{suffix}" for phase in ("prefill", "decode")
@@ -39,15 +39,20 @@ LAZY_PREFIXES = ("pkg.",)
 # sglang.<release>.lists_<phase>_backend: does that sglang release list the configured backend among
 # its --nsa/--dsa-<phase>-backend choices (catalog backends.yaml sglang_choice); None when unset/unknown.
 _SGLANG_LISTS = re.compile(r"^sglang\.(\d+(?:\.[0-9A-Za-z]+)*)\.lists_(prefill|decode)_backend$")
+# sglang.<release>.{refused,deprecated}_spellings: the flags among input.spellings that release's parser
+# refuses (with what to use instead) or accepts as deprecated aliases (its own warning text), as one
+# line from the argument registry (rules/catalog/sglang-args.yaml); None when there are none.
+_SGLANG_SPELLINGS = re.compile(r"^sglang\.(\d+(?:\.[0-9A-Za-z]+)*)\.(refused|deprecated)_spellings$")
 
 
 def known_path(path: str) -> bool:
     return (path in STATIC_PATHS or path in LAZY_PATHS or path.startswith(LAZY_PREFIXES)
-            or _SGLANG_LISTS.match(path) is not None)
+            or _SGLANG_LISTS.match(path) is not None or _SGLANG_SPELLINGS.match(path) is not None)
 
 
 def all_paths() -> list[str]:
-    return sorted(STATIC_PATHS | LAZY_PATHS) + ["pkg.<distribution>", "sglang.<release>.lists_{prefill,decode}_backend"]
+    return sorted(STATIC_PATHS | LAZY_PATHS) + ["pkg.<distribution>", "sglang.<release>.lists_{prefill,decode}_backend",
+                                                 "sglang.<release>.{refused,deprecated}_spellings"]
 
 
 # What a fact's value depends on. Consumers (lint's "does this finding need the device?") ask here
@@ -112,6 +117,16 @@ class FactNamespace(dict[str, Any]):
                 if backend is None or backend not in self.catalog.backends:
                     return None
                 return self.catalog.sglang_lists(backend, phase, release)
+            spelt = _SGLANG_SPELLINGS.match(key)
+            if spelt:
+                spellings = self["input.spellings"]
+                if not spellings:
+                    return None
+                from nsa_policy.catalog.args import load_args  # lazy: only inputs with sglang spellings need it
+
+                release, kind = spelt.groups()
+                reg = load_args()
+                return reg.refused_text(spellings, release) if kind == "refused" else reg.deprecated_text(spellings, release)
             raise KeyError(key)
         kind, phase, backend_key, what = spec
         backend = self.get(backend_key)
@@ -218,6 +233,7 @@ def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
         "input.threshold": threshold, "input.threshold_source": source,
         "input.dsa_flags_set": c.enable_hisparse or any(v is not None for v in (
             c.nsa_prefill_backend, c.nsa_decode_backend, c.dense_attn_kv_len_threshold)),
+        "input.spellings": facts.spellings,
     })
     return ns
 

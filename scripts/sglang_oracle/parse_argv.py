@@ -13,7 +13,8 @@ or an object {"id": ..., "argv": [...]}. stdout: one JSON line per input, in ord
 
 `accepted` is whether `parser.parse_args(argv)` returned, exactly as `prepare_server_args` calls it
 (same parser, argparse's own abbreviation matching, `--config` merging); `error` is argparse's
-"error:" text; `messages` are the warnings logged while parsing (Deprecated*Action); `values` are
+"error:" text, or "ValueError: …" when `--config` merging refuses a key (exit code 1); `messages`
+are the warnings logged while parsing (Deprecated*Action); `values` are
 the parsed DSA-relevant fields (every dest in the namespace that the release has, see DESTS).
 """
 from __future__ import annotations
@@ -60,17 +61,20 @@ def parse_one(parser, argv: list[str]) -> dict:
     logging.disable(logging.NOTSET)
     try:
         with captured_stderr() as err:
+            merge_error = None
             try:
                 ns = parser.parse_args(merge_config(parser, list(argv)))
                 code, accepted = 0, True
             except SystemExit as e:
                 ns, code, accepted = None, e.code if isinstance(e.code, int) else 1, False
+            except ValueError as e:  # --config merging refuses a key (prepare_server_args raises; the server exits 1)
+                ns, code, accepted, merge_error = None, 1, False, f"ValueError: {e}"
     finally:
         root.removeHandler(handler)
         logging.disable(logging.CRITICAL)
     text = err.getvalue()
-    error = None
-    if not accepted:
+    error = merge_error
+    if not accepted and error is None:
         lines = [ln for ln in text.splitlines() if ": error: " in ln]
         error = lines[-1].split(": error: ", 1)[1] if lines else text.strip()[-500:]
     return {"accepted": accepted, "exit_code": code, "error": error, "messages": handler.messages,
