@@ -263,7 +263,7 @@ def compact_sweep(rt, torch, seed=2):
         topk = sparse_topk(rows, K, 8192, 0.25, "cuda", gen)
         ref, ref_n = rt.transform_index_page_table_decode_compact(pt, topk, 1, impl="triton")
         pk, pc = torch.empty_like(ref), torch.empty_like(ref_n)
-        row = dict(rows=rows, default=list(tt._compact_block(K, rows)), ms={}, equal={})
+        row = dict(rows=rows, default=list(tt._compact_block(K, rows, 1.0)), ms={}, equal={})
         for block, warps in COMPACT_VARIANTS:
             pk.fill_(-7)
             tt.launch_transform_compact(pt, topk, None, 1, pk, pc, block=block, warps=warps)

@@ -47,6 +47,7 @@ def triton_equals_torch(rt, torch):
         (200, 9, 3000, 2048, 1, torch.int32), (2000, 3, 500, 64, 1, torch.int32),
         (5, 40, 40, 2048, 64, torch.int32), (300, 5, 20, 1000, 64, torch.int64),
         (3, 20, 100, 3000, 1, torch.int64), (1, 1, 5, 1, 1, torch.int32),
+        (2, 2500, 4000, 2048, 1, torch.int32),  # >= 1024 rows sharing table rows: the 256-wide compaction
     ]
     mismatches, cases = [], 0
     for b, per_req, width, k, p, dt in configs:
@@ -71,6 +72,17 @@ def triton_equals_torch(rt, torch):
             cases += 1
             if not torch.equal(fn("triton"), fn("torch")):
                 mismatches.append((fn_name, b, k, p, str(dt)))
+        # compaction into preallocated out and counts (the adapter's per-layer fast path)
+        for empty in (None, 0):
+            got = torch.full(topk.shape, -9, dtype=torch.int32, device="cuda")
+            got_n = torch.full((t,), -9, dtype=torch.int32, device="cuda")
+            rt.transform_index_page_table_prefill_compact(pt, topk, page_size=p, out=got, counts=got_n,
+                                                          cu_extend_lens=cu, impl="triton", empty_row_slot=empty)
+            ref, ref_n = rt.transform_index_page_table_prefill_compact(pt, topk, page_size=p, cu_extend_lens=cu,
+                                                                       impl="torch", empty_row_slot=empty)
+            cases += 1
+            if not (torch.equal(got, ref) and torch.equal(got_n, ref_n)):
+                mismatches.append(("prefill_compact_out", b, k, p, str(dt), empty))
         # CSR with planned capacities = valid counts
         _, counts = rt.transform_index_page_table_prefill_compact(pt, topk, page_size=p, cu_extend_lens=cu, impl="torch")
         indptr = torch.zeros(t + 1, dtype=torch.int32, device="cuda")
@@ -98,6 +110,12 @@ def triton_equals_torch(rt, torch):
             if not torch.equal(rt.transform_index_page_table_decode(tab, tk, p, got, impl="triton"),
                                rt.transform_index_page_table_decode(tab, tk, p, impl="torch")):
                 mismatches.append(("decode_out", rows * reps, k, p, str(dt)))
+            got_n = torch.full(tk.shape[:1], -9, dtype=torch.int32, device="cuda")
+            rt.transform_index_page_table_decode_compact(tab, tk, p, got, got_n, impl="triton")
+            ref, ref_n = rt.transform_index_page_table_decode_compact(tab, tk, p, impl="torch")
+            cases += 1
+            if not (torch.equal(got, ref) and torch.equal(got_n, ref_n)):
+                mismatches.append(("decode_compact_out", rows * reps, k, p, str(dt)))
     record("triton_transforms_equal_torch", not mismatches, cases=cases, mismatches=mismatches)
 
 

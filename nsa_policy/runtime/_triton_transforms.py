@@ -386,18 +386,18 @@ def launch_transform(page_table: torch.Tensor, topk_indices: torch.Tensor,
     return out
 
 
-def _compact_block(k: int, num_rows: int) -> tuple[int, int]:
+def _compact_block(k: int, num_rows: int, rows_per_request: float) -> tuple[int, int]:
     """(block, warps) of the compacting transform. K = 2048, measured on the H200
-    (runtime_h200_run7, mla/): few rows run fastest as one 2048-wide block per row on 16 warps
-    (128 rows: 8.6 µs against 10.8 at 1024/4), many rows as 256-wide blocks on 2 warps, more
-    programs resident per SM (4096 rows: 44.5 µs against 51.3)."""
+    (runtime_h200_run7/mla, compaction alone): whole 2048-wide rows per program, on 16 warps under
+    512 rows (128 rows: 9.1 µs against 9.9 at 1024/4) and 8 from 512 rows on (4096 decode rows
+    with their own table rows: 63 µs against 78 at 1024/4 and 133 at 256/2); but 256-wide blocks
+    on 2 warps when many rows share a request's table row, which then stays in L2 (4096 prefill
+    rows of 2 requests: 44 µs against 55 at 2048/8)."""
     if k == 2048:
-        return (2048, 16) if num_rows < COMPACT_MANY_ROWS else (256, 2)
+        if num_rows >= 1024 and rows_per_request >= 256:
+            return 256, 2
+        return (2048, 16) if num_rows < 512 else (2048, 8)
     return _block_for(min(k, 1024) if k else 16)
-
-
-# from this many rows on, the many-rows setting of _compact_block (see the sweep in runtime_h200_run7)
-COMPACT_MANY_ROWS = 1024
 
 
 def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tensor,
@@ -413,7 +413,7 @@ def launch_transform_compact(page_table: torch.Tensor, topk_indices: torch.Tenso
     num_reqs = cu_extend_lens.numel() - 1 if cu_extend_lens is not None else page_table.shape[0]
     vector_block, steps = _search(num_reqs)
     if block is None:
-        block, warps = _compact_block(k, num_rows)
+        block, warps = _compact_block(k, num_rows, num_rows / max(num_reqs, 1) if ragged else 1.0)
     csr = kv_indptr is not None
     row_len = page_table.shape[1] * page_size
     dummy = 0 if empty_row_slot is None else empty_row_slot

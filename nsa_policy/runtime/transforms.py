@@ -199,6 +199,24 @@ def _fast_ok(page_table: object, topk_indices: object, page_size: object, out: o
             and page_table.get_device() == topk_indices.get_device() == out.get_device())
 
 
+def _fast_compact_ok(page_table: torch.Tensor, topk_indices: torch.Tensor, page_size: object,
+                     out: torch.Tensor, counts: object, impl: str, empty_row_slot: object) -> bool:
+    """The adapter's per-layer compaction (preallocated out and counts) passes these cheap checks
+    and launches at once; they accept only what the checked path accepts."""
+    return (_fast_ok(page_table, topk_indices, page_size, out, impl)
+            and type(counts) is _Tensor and counts.dtype == torch.int32
+            and counts.shape == topk_indices.shape[:1]
+            and counts.get_device() == out.get_device()
+            and (empty_row_slot is None or (type(empty_row_slot) is int and empty_row_slot >= 0)))
+
+
+def _fast_cu_ok(cu_extend_lens: object, page_table: torch.Tensor, out: torch.Tensor) -> bool:
+    return (type(cu_extend_lens) is _Tensor and cu_extend_lens.dim() == 1
+            and cu_extend_lens.shape[0] == page_table.shape[0] + 1
+            and cu_extend_lens.dtype in _INDEX_DTYPES
+            and cu_extend_lens.get_device() == out.get_device())
+
+
 @cache
 def _decode_launcher() -> Optional[Callable[..., Optional[torch.Tensor]]]:
     """The Triton decode fast path, or None where Triton cannot run (imported on first use)."""
@@ -259,6 +277,13 @@ def transform_index_page_table_prefill_compact(
     −1 after; returns (packed [T, K] int32, counts [T] int32). With `empty_row_slot`, a row with
     no valid slot becomes [empty_row_slot, −1, …] with count 1 (a dummy token, for kernels that
     cannot take an empty row; sglang 0.5.23's prepare_trtllm_nope_sparse_metadata)."""
+    if (extend_lens is None and out is not None and counts is not None
+            and _fast_compact_ok(page_table, topk_indices, page_size, out, counts, impl, empty_row_slot)
+            and _fast_cu_ok(cu_extend_lens, page_table, out)):
+        from nsa_policy.runtime import _triton_transforms
+        _triton_transforms.launch_transform_compact(page_table, topk_indices, cu_extend_lens, page_size, out,
+                                                    counts, empty_row_slot=empty_row_slot)
+        return out, counts
     _check_inputs(page_table, topk_indices, page_size)
     cu = _cu_for_prefill(page_table, topk_indices, extend_lens, cu_extend_lens)
     return _transform_compact(page_table, topk_indices, cu, page_size, out, counts, impl, empty_row_slot)
@@ -270,6 +295,13 @@ def transform_index_page_table_decode_compact(
     empty_row_slot: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode form of the compacting transform."""
+    if (out is not None and counts is not None
+            and _fast_compact_ok(page_table, topk_indices, page_size, out, counts, impl, empty_row_slot)
+            and page_table.shape[0] == topk_indices.shape[0]):
+        from nsa_policy.runtime import _triton_transforms
+        _triton_transforms.launch_transform_compact(page_table, topk_indices, None, page_size, out, counts,
+                                                    empty_row_slot=empty_row_slot)
+        return out, counts
     _check_inputs(page_table, topk_indices, page_size)
     if page_table.shape[0] != topk_indices.shape[0]:
         raise ValueError(f"decode needs one page_table row per topk_indices row, got "
