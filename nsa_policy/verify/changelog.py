@@ -312,6 +312,8 @@ def render_step_markdown(step: Step) -> str:
     lines += [f"**{report.changed} of {report.inputs} inputs ({_pct(report.changed, report.inputs)})** decide "
               f"differently from `{a}`, in {len(report.classes)} change classes.", ""]
     if not report.classes:
+        lines += [f"No input of the enumerated space decides differently from `{a}`: the bundle's changes only "
+                  "show on inputs the space does not vary.", ""]
         return "\n".join(lines)
     status = [c for c in report.classes if c.kind == "status"]
     if status:

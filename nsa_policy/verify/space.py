@@ -362,6 +362,9 @@ EXTRAS = (
     # ROCm page size from sglang 0.5.12: 64 when aiter's preshuffle paged-MQA path is usable
     Value(label="aiter preshuffle (SGLANG_USE_AITER=1, triton 3.6.0)", env=(("SGLANG_USE_AITER", "1"),),
           packages=(("triton", "3.6.0"),)),
+    # ... disabled under the NSA name, which 0.5.12-0.5.20 read and 0.5.21 no longer does (SGLANG-RELEASES.md §2.12)
+    Value(label="SGLANG_NSA_HIP_DISABLE_PRESHUFFLE=1 (SGLANG_USE_AITER=1, triton 3.6.0)",
+          env=(("SGLANG_USE_AITER", "1"), ("SGLANG_NSA_HIP_DISABLE_PRESHUFFLE", "1")), packages=(("triton", "3.6.0"),)),
 )
 
 
