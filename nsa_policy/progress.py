@@ -10,11 +10,13 @@ differential harness): on stderr, and only when stderr is a terminal, so piped o
             bar.advance(len(chunk))
 
 The line is redrawn in place (carriage return) at most every `interval` seconds, and erased on close,
-so nothing of it is left in a terminal's scroll-back either. Output is ASCII only.
+so nothing of it is left in a terminal's scroll-back either. Output is ASCII only. `advance` may be
+called from several threads (a harness that reads several worker processes' answers).
 """
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from types import TracebackType
 from typing import Callable, Optional, TextIO
@@ -49,14 +51,20 @@ class Progress:
         self.started = clock()
         self._drawn_at: Optional[float] = None
         self._width = 0  # the longest line drawn, to blank it out on close
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ updates
 
     def advance(self, n: int = 1) -> None:
-        self.update(self.done + n)
+        with self._lock:
+            self._set(self.done + n, None)
 
     def update(self, done: int, label: Optional[str] = None) -> None:
         """Set the count (and optionally the label); redraw if the interval has passed or it is complete."""
+        with self._lock:
+            self._set(done, label)
+
+    def _set(self, done: int, label: Optional[str]) -> None:
         self.done = min(max(0, done), self.total) if self.total else max(0, done)
         if label is not None:
             self.label = label
@@ -69,10 +77,11 @@ class Progress:
     def line(self, now: Optional[float] = None) -> str:
         """The text of the progress line (also what tests look at)."""
         elapsed = (self.clock() if now is None else now) - self.started
+        rate = f", {self.done / elapsed:.0f}/s" if elapsed > 0 and self.done else ""
         if self.total:
             pct = 100.0 * self.done / self.total
-            return f"{self.label}: {self.done}/{self.total} ({pct:.0f} %) {elapsed:.0f} s"
-        return f"{self.label}: {self.done} {elapsed:.0f} s"
+            return f"{self.label}: {self.done}/{self.total} ({pct:.0f} %) {elapsed:.0f} s{rate}"
+        return f"{self.label}: {self.done} {elapsed:.0f} s{rate}"
 
     def _draw(self, now: float) -> None:
         text = self.line(now)
@@ -87,6 +96,10 @@ class Progress:
 
     def close(self) -> None:
         """Erase the line (the terminal is left as it was before the run)."""
+        with self._lock:
+            self._erase()
+
+    def _erase(self) -> None:
         if self.enabled and self._drawn_at is not None:
             try:
                 self.stream.write("\r" + " " * self._width + "\r")

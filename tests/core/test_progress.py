@@ -37,7 +37,7 @@ def test_a_terminal_gets_a_line_redrawn_in_place_and_erased():
         assert stream.getvalue().count("\r") == 1
         clock.now += 0.5
         bar.advance(300)
-        assert stream.getvalue().endswith("check sglang-0.5.22: 500/1000 (50 %) 1 s")
+        assert stream.getvalue().endswith("check sglang-0.5.22: 500/1000 (50 %) 1 s, 833/s")  # 500 in 0.6 s
         bar.update(1000)  # completion is always drawn
         assert "1000/1000 (100 %)" in stream.getvalue()
     text = stream.getvalue()
@@ -78,6 +78,21 @@ def test_a_vanished_terminal_stops_drawing_without_failing():
     bar.advance()
     bar.close()
     assert bar.done == 2 and not bar.enabled
+
+
+def test_threads_may_advance_it():
+    """A harness reading several worker processes' answers advances from several threads: no count is lost."""
+    import threading
+
+    stream = Stream(tty=True)
+    bar = Progress("oracle", 8000, stream=stream, clock=Clock())
+    threads = [threading.Thread(target=lambda: [bar.advance() for _ in range(1000)]) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bar.done == 8000 and "8000/8000 (100 %)" in stream.getvalue()
+    bar.close()
 
 
 def test_run_space_reports_every_input_once():
