@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 ORACLE = Path(__file__).resolve().parents[2] / "scripts" / "sglang_oracle"
 ROOT = os.environ.get("NSA_POLICY_SGLANG_ENVS")
@@ -81,3 +82,42 @@ def test_committed_0_5_23_answers_are_what_sglang_answers_today(oracle) -> None:
              for i, f in zip(sample, fresh)]
     assert [d for d in diffs if d[1]] == []
     assert any(not answers[i]["ok"] for i in sample) and any(answers[i]["ok"] for i in sample)
+
+
+# Flag spellings, on the command line and as --config keys: where the real parser refuses one, the release
+# bundle refuses it (NSA319); where it warns, the bundle warns with the same text (NSA320). From 0.5.20 on,
+# where the bundles judge every spelling (0.5.13-0.5.19 bundles judge only deprecated aliases).
+SPELLINGS = [["--nsa-prefill-backend", "flashmla_kv"], ["--dsa-prefill-backend", "flashmla_kv"],
+             ["--nsa-decode-backend", "flashmla_kv"], ["--enable-nsa-prefill-context-parallel"],
+             ["--enable-dsa-prefill-context-parallel"], ["--enable-prefill-context-parallel"],
+             ["--nsa-prefill-cp-mode", "in-seq-split"], ["--dsa-prefill-cp-mode", "in-seq-split"],
+             ["--prefill-cp-mode", "in-seq-split"], ["--enable-prefill-cp"], ["--attn-dp-size", "2"],
+             ["--dcp-size", "2"]]
+
+
+@pytest.mark.parametrize("release", [r for r in RELEASES if Version(r) >= Version("0.5.20")])
+def test_release_bundles_judge_spellings_as_the_real_parser(oracle, release: str, tmp_path) -> None:
+    from nsa_policy.api import resolve
+    from nsa_policy.engine.bundle import release_bundle
+
+    _, _, envs = oracle
+    cases = []
+    for flag in SPELLINGS:
+        value = True if len(flag) == 1 else (int(flag[1]) if flag[1].isdigit() else flag[1])
+        cases.append((flag, {flag[0]: value}))
+        config = tmp_path / f"{flag[0][2:]}.yaml"
+        config.write_text(f"{flag[0][2:]}: {'true' if value is True else value}\n")
+        cases.append((["--config", str(config)], {flag[0][2:]: value}))  # a --config key, as sglang spells it
+    answers = envs.parse(release, [["--model-path", "m", *argv] for argv, _ in cases])
+    bundle = release_bundle(f"sglang-{release}")
+    disagree = []
+    for (argv, mapping), real in zip(cases, answers):
+        d = resolve(mapping, device="h200", model="deepseek-ai/DeepSeek-V3.2", policy=bundle, env={},
+                    raise_on_error=False)
+        refused = any(f.code == "NSA319" for f in d.errors)
+        warned = " ".join(f.message.split(": ", 1)[1] for f in d.warnings if f.code == "NSA320")
+        said = " ".join(m for m in real["messages"] if "deprecated" in m)
+        if refused != (not real["accepted"]) or (not refused and warned != said):
+            disagree.append((argv, real["error"], said, refused, warned))
+    assert disagree == []
+    assert any(not real["accepted"] for real in answers) and any(real["accepted"] for real in answers)
