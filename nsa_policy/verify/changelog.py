@@ -47,8 +47,15 @@ Not reproduced (yet), so not in the counts below:
 
 - Intel XPU (0.5.12+: skipped; 0.5.20+: KV bf16, intel_xpu on both sides, page 128): the device
   catalog has no XPU class.
-- The removed `--nsa-*` spellings (0.5.20+ exit at argument parsing): the decision does not see which
-  spelling was used; `launch` and `lint` handle spellings per release.
+- Flag spellings, partly: the 0.5.20+ bundles refuse (NSA319) each spelling the release's parser does
+  not have (`--nsa-*-backend`, the pre-0.5.14 prefill CP flags, flags added later) and the 0.5.13+
+  bundles repeat sglang's deprecation warnings (NSA320), when the input says how it was spelt
+  (resolve's flags, flag-form keys such as a `--config` file's; a field name such as
+  `nsa_prefill_backend` is nsa-policy's own). The 0.5.13–0.5.19 bundles do not refuse flags added
+  later (a bundle answers for several releases: 0.5.14's for 0.5.15, which added `--dcp-size`).
+  `--config` merging in 0.5.13–0.5.19 also refuses a key whose destination a deprecated alias shares
+  (`dsa-prefill-backend: …`: ValueError "Unsupported config option"; `enable-dp-attention: true` from
+  0.5.22) and a deprecated switch written `key: true` ("unrecognized arguments: true"); not modelled.
 - A threshold set under both variable names with different values is an input error here; sglang
   reads one of them (0.5.10–0.5.12 the NSA name, later the DSA name).
 """
