@@ -6,7 +6,7 @@ from collections import OrderedDict
 from typing import Any, Mapping, Optional
 
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.engine.bundle import get_bundle
+from nsa_policy.engine.bundle import bundle_for_engine, get_bundle
 from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
@@ -31,8 +31,25 @@ def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
 
 
 def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Decision:
-    """Evaluate facts under a bundle; never raises on rejection (errors are in the decision)."""
-    return evaluate(get_bundle(policy), facts, load_catalog(), trace=trace)
+    """Evaluate facts under a bundle; never raises on rejection (errors are in the decision).
+    `default` with vLLM facts is the vllm-default bundle."""
+    return evaluate(get_bundle(bundle_for_engine(policy, facts.config.engine)), facts, load_catalog(), trace=trace)
+
+
+def engine_for(policy: str, engine: Optional[str] = None, config: Any = None) -> str:
+    """The engine of a call: given, else the config's own (a ServingConfig or mapping with `engine`),
+    else the policy's (vllm-0.33 describes vLLM), else sglang."""
+    from nsa_policy.catalog.vllm import engine_of
+
+    if engine is not None:
+        return engine_of(engine)
+    own = config.engine if isinstance(config, ServingConfig) else (
+        config.get("engine") if isinstance(config, Mapping) else None)
+    if own is not None:
+        return engine_of(own, "config.engine")
+    if policy == "default":
+        return "sglang"
+    return get_bundle(policy).engine
 
 
 _MEMO: OrderedDict[tuple, Decision] = OrderedDict()
@@ -53,7 +70,7 @@ def _freeze(value: Any) -> Any:
 
 
 def _memo_key(config: Any, device: Any, model: Any, policy: str, env: Optional[Mapping[str, str]],
-              packages: Any, trace: bool) -> Optional[tuple]:
+              packages: Any, trace: bool, spellings: Optional[tuple[str, ...]] = None) -> Optional[tuple]:
     """Decisions are a pure function of the inputs; plain inputs (no paths, no live objects) are memoised."""
     if isinstance(model, str) and model not in load_catalog().model_doc.models:
         return None  # a path: its config.json may change between calls
@@ -62,26 +79,31 @@ def _memo_key(config: Any, device: Any, model: Any, policy: str, env: Optional[M
     source = os.environ if env is None else env
     try:
         return (policy, trace, _freeze(config), _freeze(device), _freeze(model), _freeze(packages),
-                tuple(source.get(var) for var in THRESHOLD_ENV_VARS))
+                tuple(source.get(var) for var in THRESHOLD_ENV_VARS), _freeze(spellings))
     except TypeError:
         return None
 
 
 def resolve(config: Any = None, *, device: Any = "auto", model: Any = None, policy: str = "default",
             env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
-            trace: bool = True, raise_on_error: bool = True) -> Decision:
+            trace: bool = True, raise_on_error: bool = True, spellings: Optional[tuple[str, ...]] = None) -> Decision:
     """Resolve the DSA serving decision.
 
-    config: a ServingConfig, a mapping, or any object with sglang's attribute names (unset = None).
+    config: a ServingConfig, a mapping, or any object with sglang's attribute names (unset = None);
+        for vLLM (engine="vllm", or a vllm-* policy) vLLM's names: attention_backend, kv_cache_dtype,
+        block_size, tensor_parallel_size, decode_context_parallel_size (an EngineArgs or Namespace works).
     device: a catalog name, a capability spec, "auto" (NVML) or DeviceFacts.
     model: a catalog id, a path, an HF config mapping/object, ModelFacts; None = config.model_path.
     env: where the threshold variables are read (default os.environ).
+    spellings: the sglang flags the configuration was written with (default: a mapping's flag-form keys,
+    e.g. "nsa-prefill-backend"); a release bundle refuses or warns about them as that release's parser does.
     Raises InputError for input that cannot be evaluated, PolicyError (with .decision) when rejected.
     """
-    key = _memo_key(config, device, model, policy, env, packages, trace)
+    key = _memo_key(config, device, model, policy, env, packages, trace, spellings)
     decision = _MEMO.get(key) if key is not None else None
     if decision is None:
-        decision = decide(build_facts(config, device=device, model=model, env=env, packages=packages), policy, trace=trace)
+        facts = build_facts(config, device=device, model=model, env=env, packages=packages, spellings=spellings)
+        decision = decide(facts, policy, trace=trace)
         if key is not None:
             _MEMO[key] = decision
             if len(_MEMO) > _MEMO_SIZE:

@@ -305,6 +305,38 @@ def _refuse_abbreviations(parsed: ParsedCommand, rel: str) -> None:
                                   "write the flag in full so that nsa-policy reads it too")
 
 
+def _refuse_config_file_spellings(parsed: ParsedCommand, rel: str) -> None:
+    """sglang turns each key of a --config YAML file into `--key value` before parsing, so a key the
+    release's parser does not have (nsa-prefill-backend on 0.5.20+) stops the server as the flag would.
+    launch cannot respell inside the file: such a key is refused here, naming what to write instead.
+    A file that cannot be read is left to sglang (the note about --config says its flags are not read)."""
+    from nsa_policy import safe_io
+
+    argv = list(parsed.argv)
+    paths = [argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "--config"]
+    paths += [t.partition("=")[2] for t in argv if t.startswith("--config=")]
+    reg = load_args()
+    for path in paths:
+        try:
+            data = safe_io.load_yaml_text(safe_io.read_text(path, field="--config"), path, field="--config")
+        except (NsaPolicyError, OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        for key in data:
+            if not isinstance(key, str):
+                continue
+            hit = reg.lookup("--" + key)
+            if hit is None or hit[1].status(reg._rel(rel)) not in ("removed", "not-yet"):
+                continue
+            arg, sp = hit
+            why = f"removed after sglang {sp.last}" if sp.last else f"first accepted in sglang {sp.first}"
+            new = reg.spelling_for(arg.name, rel)
+            raise InputError(f"--config {path}: {key}", data[key],
+                             hint=f"sglang {rel} refuses this key ({why}; its parser: unrecognized arguments)"
+                                  + (f"; write {new[2:]}" if new else ""))
+
+
 def _first(arg: Argument) -> str:
     firsts = [sp.first for sp in arg.spellings if sp.first]
     return min(firsts, key=lambda v: load_args()._rel(v)) if firsts else "no release"
@@ -369,11 +401,16 @@ def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any 
     release = target_release(command, sglang_version)
     rel = release.version
     _refuse_abbreviations(parsed, rel)
+    _refuse_config_file_spellings(parsed, rel)
     argv, moved, values, threshold_flag, rewrites = _for_release(parsed, rel)
     ns = _namespace(values, rel)
     env_view = dict(os.environ if env is None else env)
     env_view.update(threshold_flag)  # nsa-policy's threshold flag wins over the environment, as in resolve
-    engine_bundle, engine_decision, engine_note = _engine_view(ns, rel, policy, device, model, env_view, release)
+    # the release on the command as given judges its spellings too (0.5.20+ refuse --nsa-*, NSA319), even
+    # though the final command respells them
+    given = tuple(dict.fromkeys(o.flag for o in parsed.occurrences))
+    engine_bundle, engine_decision, engine_note = _engine_view(ns, rel, policy, device, model, env_view, release,
+                                                               spellings=given)
     applied = apply(ns, policy=policy, device=device, model=model, env=env_view, logger=logger, sglang_version=rel)
     flags = _attr_flags(rel)
     added: list[str] = []
@@ -454,7 +491,8 @@ def _check_release_lists(arg: Argument, value: Any, flag: str, rel: str, decisio
 
 
 def _engine_view(ns: SimpleNamespace, rel: str, policy: str, device: Any, model: Any, env: Mapping[str, str],
-                 release: TargetRelease) -> tuple[Optional[str], Optional[Decision], Optional[str]]:
+                 release: TargetRelease, spellings: tuple[str, ...] = ()
+                 ) -> tuple[Optional[str], Optional[Decision], Optional[str]]:
     """What the release decides on its own for the command as given: its compat bundle's decision."""
     from nsa_policy.api import resolve
     from nsa_policy.engine.bundle import release_bundle
@@ -470,7 +508,7 @@ def _engine_view(ns: SimpleNamespace, rel: str, policy: str, device: Any, model:
     engine_env = {k: v for k, v in env.items() if k not in ignored}
     try:
         decision = resolve(_Args(ns).serving_config(), device=device, model=model, policy=bundle, env=engine_env,
-                           raise_on_error=False)
+                           raise_on_error=False, spellings=spellings)
     except NsaPolicyError as exc:
         return bundle, None, f"{bundle} could not evaluate this command: {exc}"
     note = None if bundle == f"sglang-{rel}" else (
