@@ -482,28 +482,32 @@ class SparseMLAAdapter:
         scale = plan.softmax_scale
         if softmax_scale is not None and not math.isclose(softmax_scale, scale, rel_tol=1e-6):
             raise ValueError(f"softmax_scale {softmax_scale} differs from the plan's {scale}; plan again")
-        q_nope, q_pe = self._split_q(q, q_rope, topk_indices.shape[0])
+        kernel = plan.kernel_backend or backend
+        flashmla = kernel == "flashmla_sparse" or kernel == "flashmla_kv"
+        # FlashMLA takes one [T, H, 576] bf16 q: the caller's own tensor when it already is one
+        # (no copy, and no nope/rope views made per layer)
+        whole = flashmla and q_rope is None and q.dtype == torch.bfloat16 and q.is_contiguous()
+        q_nope, q_pe = self._split_q(q, q_rope, topk_indices.shape[0], views=not whole)
         if backend == "torch":
             return self._run_torch(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan, k_scale)
         if backend == "fa3":
             return self._run_fa3(phase, q_nope, q_pe, kv_cache, topk_indices, page_table, plan)
-        kernel = plan.kernel_backend or backend
-        if kernel == "flashmla_sparse" or kernel == "flashmla_kv":
-            # one [T, H, 576] bf16 q: the caller's own tensor when it already is one (no copy)
-            whole = q if (q_rope is None and q.dtype == torch.bfloat16 and q.is_contiguous()) \
-                else torch.cat([q_nope, q_pe], dim=-1).to(torch.bfloat16)
+        if flashmla:
+            q_all = q if whole else torch.cat([q_nope, q_pe], dim=-1).to(torch.bfloat16)
             run = self._run_flashmla_sparse if kernel == "flashmla_sparse" else self._run_flashmla_kv
-            return run(phase, whole, kv_cache, topk_indices, page_table, plan)
+            return run(phase, q_all, kv_cache, topk_indices, page_table, plan)
         return self._run_trtllm_entry(phase, backend, q_nope, q_pe, kv_cache, topk_indices,
                                       page_table, plan, q_scale, k_scale)
 
     @staticmethod
-    def _split_q(q, q_rope, num_tokens):
+    def _split_q(q, q_rope, num_tokens, views: bool = True):
+        """(q_nope, q_pe) after the shape checks; with views=False and no q_rope, (q, None):
+        checked only."""
         if q_rope is None:
             if q.dim() != 3 or q.shape[-1] != HEAD_DIM_QK:
                 raise ValueError(f"q must be [T, H, {HEAD_DIM_QK}] (or latent [T, H, 512] with "
                                  f"q_rope), got shape {tuple(q.shape)}")
-            q_nope, q_pe = q[..., :KV_LORA_RANK], q[..., KV_LORA_RANK:]
+            q_nope, q_pe = (q[..., :KV_LORA_RANK], q[..., KV_LORA_RANK:]) if views else (q, None)
         else:
             if q.dim() != 3 or q.shape[-1] != KV_LORA_RANK or tuple(q_rope.shape) != (*q.shape[:2], 64):
                 raise ValueError(f"with q_rope, q must be [T, H, 512] and q_rope [T, H, 64], got "
