@@ -38,9 +38,9 @@ RESULTS = REPO / "benchmarks" / "results" / "sglang-releases.json"
 TABLE_DOC = REPO / "benchmarks" / "results" / "sglang-releases.md"
 ORACLE = REPO / "scripts" / "sglang_oracle" / "policy_oracle.py"
 
-# oracle device class -> catalog device
-DEVICES = {"sm80": "a100", "sm90": "h200", "sm100": "b200", "sm103": "b300", "sm120": "rtx-pro-6000",
-           "sm121": "gb10", "gfx942": "mi300x", "gfx950": "mi355x"}
+sys.path.insert(0, str(REPO))
+from nsa_policy.verify.engine_replay import DEVICES  # noqa: E402  (oracle device class -> catalog device)
+
 DEVICE_VARIANTS = [(d, p) for d in DEVICES for p in ((False, True) if d.startswith("gfx") else (False,))]
 MODELS = {"ds32": "deepseek-ai/DeepSeek-V3.2", "glm5": "zai-org/GLM-5"}
 # Every backend name any release 0.5.10-0.5.23 lists (a release that does not list one refuses it).
@@ -76,7 +76,6 @@ PROFILES: dict[str, tuple[list[str], dict[str, str], dict[str, Any]]] = {
     "freq2-tbo": (["--enable-two-batch-overlap"], {}, {"index_topk_freq": 2}),
     "page16": (["--page-size", "16"], {}, {}),
 }
-FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend", "threshold")
 
 
 def _v(release: str) -> tuple[int, ...]:
@@ -175,81 +174,9 @@ def variant_grid(release: str) -> Iterator[dict[str, Any]]:
 GRIDS = {"full": full_grid, "main": main_grid, "variants": variant_grid}
 
 
-# nsa-policy's side --------------------------------------------------------------------------------
-_MODEL_FACTS = {  # what nsa-policy reads of the oracle's base configs (policy_oracle.BASES)
-    "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "num_attention_heads": 128},
-    "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "num_attention_heads": 128},
-    "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 2048, "num_attention_heads": 64},
-}
-
-
-def ours(release: str, item: dict[str, Any]) -> dict[str, Any]:
-    """nsa-policy's answer for the same command, read with release X's spellings and choices."""
-    from nsa_policy.api import build_facts, decide
-    from nsa_policy.catalog.args import load_args
-    from nsa_policy.errors import NsaPolicyError
-    from nsa_policy.integration.launch import _namespace, parse_command
-    from nsa_policy.integration.startup import _Args
-
-    refused = {"ok": False, **{f: None for f in FIELDS}}
-    reg = load_args()
-    try:
-        parsed = parse_command(item["argv"])
-    except NsaPolicyError as exc:
-        return {**refused, "codes": [f"input: {exc}"]}
-    for o in parsed.occurrences:  # argparse: a flag the release does not have, a value it does not list
-        if not reg.accepts(o.flag, release):
-            return {**refused, "codes": [f"argparse: {o.flag} not in sglang {release}"]}
-        valid = reg.choices(o.arg, release)
-        aliases = {a.value: a.canonical for a in reg.argument(o.arg).choice_aliases}
-        if valid is not None and o.value not in valid and aliases.get(o.value) not in valid:
-            return {**refused, "codes": [f"argparse: {o.flag} {o.value} not a choice of sglang {release}"]}
-    config = _Args(_namespace(parsed.values, release)).serving_config()
-    env = dict(item.get("env") or {})
-    packages = {}
-    if item["preshuffle"]:  # aiter's preshuffle path is usable: aiter on, triton >= 3.5
-        env["SGLANG_USE_AITER"] = "1"
-        packages["triton"] = "3.6.0"
-    if item["model"] in MODELS and not item.get("config"):
-        model: Any = MODELS[item["model"]]
-    else:
-        model = {**_MODEL_FACTS[item["model"]], **(item.get("config") or {})}
-    try:
-        facts = build_facts(config, device=DEVICES[item["device"]], model=model, env=env, packages=packages)
-        d = decide(facts, f"sglang-{release}", trace=False)
-    except NsaPolicyError as exc:
-        return {**refused, "codes": [f"input: {exc}"]}
-    return {"ok": not d.errors, "applies": d.applies, "kv_cache_dtype": d.kv_cache_dtype, "prefill_backend": d.prefill_backend,
-            "decode_backend": d.decode_backend, "page_size": d.page_size, "attention_backend": d.attention_backend,
-            "threshold": d.dense_attn_kv_len_threshold, "codes": [f.code for f in d.errors]}
-
-
-_KV_SAME = {"bf16": "bfloat16", "auto": None}  # sglang's alias; "auto" = left to the engine (nothing decided)
-
-
-# sglang refusals that come from its dense (non-DSA) attention-backend code, for a model the release does
-# not run as DSA: no DSA policy decides these; they are counted apart ("outside"), never as agreement.
-OUTSIDE_DSA = ("TensorRT-LLM MLA backend only supports kv-cache-dtype",)
-
-
-def outside(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
-    msg = (theirs.get("error") or {}).get("message", "")
-    return bool(not mine.get("applies", True) and mine["ok"] and not theirs["ok"] and msg.startswith(OUTSIDE_DSA))
-
-
-def agree(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
-    """Same refusal; where both accept a model the release runs as DSA, the same DSA outputs. Where the
-    release does not run its DSA start-up code for the architecture (nsa-policy: the decision does not
-    apply), sglang's attention backend must not be its DSA one; its other values are its dense-model
-    defaults, which no DSA policy decides."""
-    if mine["ok"] != theirs["ok"]:
-        return False
-    if not mine["ok"]:
-        return True
-    if not mine.get("applies", True):
-        return theirs["attention_backend"] not in ("nsa", "dsa")
-    return all((_KV_SAME.get(theirs[f], theirs[f]) if f == "kv_cache_dtype" else theirs[f]) == mine[f]
-               for f in FIELDS)
+# nsa-policy's side: nsa_policy.verify.engine_replay (shared with the CI replay) -----------------------
+from nsa_policy.verify.engine_replay import agree, outside  # noqa: E402
+from nsa_policy.verify.engine_replay import answer as ours  # noqa: E402
 
 
 # the oracle ---------------------------------------------------------------------------------------
@@ -384,6 +311,8 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=0, help="every K-th input only (a quick look)")
     ap.add_argument("--out", default="")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--write-replay", type=int, default=0, metavar="K",
+                    help="record every K-th input with sglang's answer in tests/data/sglang/<X>/replay.jsonl")
     ap.add_argument("--cache", default="", help="folder for the oracle's answers: reused when the grid is the same")
     ap.add_argument("--table", action="store_true")
     a = ap.parse_args()
@@ -428,6 +357,27 @@ def main() -> None:
         Path(a.out).write_text("".join(json.dumps(b) + "\n" for b in bad))
     if a.record and not (a.sample or a.limit):
         record(entry)
+    if a.write_replay:
+        write_replay(a.release, grid, items, answers, a.write_replay)
+
+
+REPLAY_KEYS = ("ok", "kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend",
+               "threshold", "error")
+
+
+def write_replay(release: str, grid: str, items: list[dict[str, Any]], answers: dict[int, dict[str, Any]],
+                 every: int) -> None:
+    """A deterministic sample for CI: the input and sglang's answer (no timings), one JSON line each."""
+    out = REPO / "tests" / "data" / "sglang" / release / "replay.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for item in items[::every]:
+        a = answers[item["id"]]
+        theirs = {k: a.get(k) for k in REPLAY_KEYS}
+        if theirs["error"]:
+            theirs["error"] = {"type": a["error"]["type"], "message": a["error"]["message"][:200]}
+        lines.append(json.dumps({"release": release, "grid": grid, "input": item, "sglang": theirs}, sort_keys=True))
+    out.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
