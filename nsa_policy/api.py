@@ -17,10 +17,11 @@ from nsa_policy.integration.discovery import is_auto
 
 def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
                 env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
-                spellings: Optional[tuple[str, ...]] = None) -> Facts:
-    """spellings: the sglang flags the configuration was given with (default: a mapping's flag-form keys)."""
+                spellings: Optional[tuple[str, ...]] = None, engine: Optional[str] = None) -> Facts:
+    """spellings: the sglang flags the configuration was given with (default: a mapping's flag-form keys).
+    engine: "vllm" reads the config with vLLM's argument names (rules/catalog/vllm-args.yaml)."""
     catalog = load_catalog()
-    cfg = config_from(config)
+    cfg = config_from(config, engine=engine)
     dev = device_from(device, catalog)
     mdl = model_from(model, cfg, catalog)
     if packages is None and is_auto(device):
@@ -86,7 +87,8 @@ def _memo_key(config: Any, device: Any, model: Any, policy: str, env: Optional[M
 
 def resolve(config: Any = None, *, device: Any = "auto", model: Any = None, policy: str = "default",
             env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
-            trace: bool = True, raise_on_error: bool = True, spellings: Optional[tuple[str, ...]] = None) -> Decision:
+            trace: bool = True, raise_on_error: bool = True, spellings: Optional[tuple[str, ...]] = None,
+            engine: Optional[str] = None) -> Decision:
     """Resolve the DSA serving decision.
 
     config: a ServingConfig, a mapping, or any object with sglang's attribute names (unset = None);
@@ -95,14 +97,18 @@ def resolve(config: Any = None, *, device: Any = "auto", model: Any = None, poli
     device: a catalog name, a capability spec, "auto" (NVML) or DeviceFacts.
     model: a catalog id, a path, an HF config mapping/object, ModelFacts; None = config.model_path.
     env: where the threshold variables are read (default os.environ).
+    engine: sglang or vllm (default: the config's own, else the policy's: vllm-0.33 is vLLM).
     spellings: the sglang flags the configuration was written with (default: a mapping's flag-form keys,
     e.g. "nsa-prefill-backend"); a release bundle refuses or warns about them as that release's parser does.
     Raises InputError for input that cannot be evaluated, PolicyError (with .decision) when rejected.
     """
+    eng = engine_for(policy, engine, config)
     key = _memo_key(config, device, model, policy, env, packages, trace, spellings)
+    key = None if key is None else key + (eng,)
     decision = _MEMO.get(key) if key is not None else None
     if decision is None:
-        facts = build_facts(config, device=device, model=model, env=env, packages=packages, spellings=spellings)
+        facts = build_facts(config, device=device, model=model, env=env, packages=packages, spellings=spellings,
+                            engine=eng)
         decision = decide(facts, policy, trace=trace)
         if key is not None:
             _MEMO[key] = decision

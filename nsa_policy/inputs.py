@@ -54,12 +54,15 @@ def spellings_from(obj: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def config_from(obj: Any) -> ServingConfig:
+def config_from(obj: Any, engine: Optional[str] = None) -> ServingConfig:
     """A ServingConfig from a ServingConfig, a mapping, or any object with sglang's attribute names.
 
     A mapping's keys are field or attribute names (nsa_prefill_backend, dsa_prefill_backend), or sglang's
     flags as a --config file spells them (nsa-prefill-backend, --dsa-prefill-backend); the flags of
-    arguments the policy does not read are accepted and not used."""
+    arguments the policy does not read are accepted and not used. With engine="vllm": vLLM's names
+    (rules/catalog/vllm-args.yaml)."""
+    if engine == "vllm":
+        return _vllm_config_from(obj)
     if obj is None:
         return ServingConfig()
     if isinstance(obj, ServingConfig):
@@ -102,6 +105,51 @@ def config_from(obj: Any) -> ServingConfig:
         if value is not None:
             _attn_dp(values, value, name)
     return _validate_config(values)
+
+
+def _vllm_config_from(obj: Any) -> ServingConfig:
+    """vLLM's EngineArgs / argparse Namespace / mapping (attention_backend, kv_cache_dtype, block_size,
+    tensor_parallel_size, decode_context_parallel_size, …) as a ServingConfig with engine vllm."""
+    from nsa_policy.catalog.vllm import load_vllm
+
+    if isinstance(obj, ServingConfig):
+        return obj if obj.engine == "vllm" else obj.model_copy(update={"engine": "vllm"})
+    aliases = load_vllm().field_aliases()
+    values: dict[str, Any] = {"engine": "vllm"}
+    if obj is None:
+        return _validate_config(values)
+    items = obj.items() if isinstance(obj, Mapping) else [
+        (k, getattr(obj, k, None)) for k in (*CONFIG_FIELDS, *aliases, "attention_config")]
+    for key, value in items:
+        if key == "attention_config":  # vLLM's AttentionConfig (or a dict): backend, indexer_kv_dtype, …
+            _vllm_attention_config(values, value)
+            continue
+        name = aliases.get(key, key)
+        if key == "engine" or value is None:
+            continue
+        if name not in ServingConfig.model_fields:
+            if isinstance(obj, Mapping):
+                near = closest(key, CONFIG_FIELDS + tuple(aliases))
+                raise InputError(f"config.{key}", value,
+                                 hint="unknown vLLM argument" + (f"; did you mean {near!r}?" if near else ""))
+            continue
+        if hasattr(value, "name") and not isinstance(value, str):  # an AttentionBackendEnum member
+            value = value.name
+        _merge(values, name, value, key)
+    return _validate_config(values)
+
+
+def _vllm_attention_config(values: dict[str, Any], cfg: Any) -> None:
+    if cfg is None:
+        return
+    get = cfg.get if isinstance(cfg, Mapping) else (lambda k: getattr(cfg, k, None))
+    for key, name in (("backend", "attention_backend"), ("indexer_kv_dtype", "indexer_kv_dtype"),
+                      ("sparse_mla_force_mqa", "sparse_mla_force_mqa")):
+        value: Any = get(key)
+        if value is not None and hasattr(value, "name") and not isinstance(value, str):
+            value = value.name
+        if value is not None and not (key == "sparse_mla_force_mqa" and value is False):
+            _merge(values, name, value, f"attention_config.{key}")
 
 
 def _merge(values: dict[str, Any], name: str, value: Any, key: str) -> None:

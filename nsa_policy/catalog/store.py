@@ -74,6 +74,9 @@ class DeviceCatalog(_Spec):
 
 class FamilySpec(_Spec):
     architectures: list[str]
+    # MLA dimensions of the family's config.json (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+    # v_head_dim): what vLLM's backend checks read (rules/catalog/vllm.yaml).
+    mla: Optional[dict[str, int]] = None
 
 
 class ModelEntry(_Spec):

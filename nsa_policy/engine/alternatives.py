@@ -101,6 +101,42 @@ def _parallel(what: str, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     return tuple(f"{flag} {a}" for a in range(1, heads + 1) if heads % a == 0)
 
 
+def _vllm_backends(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
+    """vLLM backend names: every sparse one (all), or those that validate here (valid), other than the chosen."""
+    from nsa_policy.catalog.vllm import load_vllm, selector_facts
+
+    v = load_vllm()
+    if arg == "all":
+        return tuple(v.backend_names)
+    if ns["out.requested_kv_cache_dtype"] is None:
+        return ()
+    sel, current = selector_facts(ns, catalog), ns["out.attention_backend"]
+    return tuple(b for b, spec in v.backends.items()
+                 if spec.sparse and b != current and not v.reasons(b, sel)
+                 and (spec.crashes is None or spec.crashes.vendor != ns["device.vendor"]))
+
+
+def _vllm_choices(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
+    from nsa_policy.catalog.vllm import load_vllm
+
+    return tuple(load_vllm().argument(str(arg)).choices or ())
+
+
+def _vllm_kv_or_devices(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
+    """The KV dtypes some sparse backend validates here (as the selector would see them); when none, say so."""
+    from nsa_policy.catalog.vllm import load_vllm, selector_facts
+
+    v = load_vllm()
+    sel = selector_facts(ns, catalog)
+    found = []
+    for kv in v.argument("kv_cache_dtype").choices or ():
+        trial = {**sel, "sel.kv_cache_dtype": kv}
+        if kv != sel["sel.kv_cache_dtype"] and any(spec.sparse and not v.reasons(b, trial) for b, spec in v.backends.items()
+                                                   if spec.crashes is None or spec.crashes.vendor != ns["device.vendor"]):
+            found.append(f"kv_cache_dtype {kv}")
+    return tuple(found) or ("a device with a vLLM sparse backend (sm90, sm100, sm103, sm120, sm121, ROCm)",)
+
+
 def _backend_reads(phase: str) -> tuple[str, ...]:
     return ("device.class", "out.kv_cache_dtype", "model.index_topk", f"out.{phase}_backend", ANY_PACKAGE)
 
@@ -130,6 +166,15 @@ KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
     AlternativesKind("sglang_choices", "the backends an sglang release lists as --nsa/--dsa-*-backend choices",
                      "an sglang release, e.g. \"0.5.10\"", lambda a: isinstance(a, str),
                      lambda a: (), lambda a, ns, catalog: tuple(catalog.sglang_choices(str(a)))),
+    AlternativesKind("vllm_backends", "vLLM sparse attention backends: every name (all) or those that validate "
+                     "here (valid)", "all or valid", lambda a: a in ("all", "valid"),
+                     lambda a: ("device.major", "out.requested_kv_cache_dtype", "derived.heads_per_rank",
+                                "out.attention_backend"), _vllm_backends),
+    AlternativesKind("vllm_choices", "the values a vLLM argument accepts (rules/catalog/vllm-args.yaml)",
+                     "a vLLM argument name", lambda a: isinstance(a, str), lambda a: (), _vllm_choices),
+    AlternativesKind("vllm_kv_or_devices", "the KV dtypes some vLLM sparse backend validates here", "true",
+                     lambda a: a is True, lambda a: ("device.major", "out.requested_kv_cache_dtype"),
+                     _vllm_kv_or_devices),
     AlternativesKind("parallel", "parallel shapes that divide evenly: dp sizes for this tp_size (dp_size) or "
                      "attention-TP sizes for these heads (attention_tp)", "dp_size or attention_tp",
                      lambda a: a in ("dp_size", "attention_tp"), lambda a: _PARALLEL_READS, _parallel),

@@ -90,6 +90,7 @@ class BundleFile(_Strict):
     compat: bool = Field(default=False, description="compatibility bundles may overwrite outputs")
     abstract: bool = Field(default=False, description="a base that only other bundles extend")
     source: Optional[str] = None
+    engine: Literal["sglang", "vllm"] = Field(default="sglang", description="the serving engine its rules describe")
     # An engine release applies its DSA start-up code only to the architectures on its own lists; a DSA
     # model outside them starts as a dense model there (no DSA setting applies). Inherited via extends.
     dsa_architectures: Optional[list[str]] = Field(
@@ -170,6 +171,27 @@ class FirstValid(ValueSpec):
 
     def describe(self) -> str:
         return f"the first {self.phase} backend that runs here of {', '.join(self.candidates)}"
+
+
+@dataclass(frozen=True)
+class VllmFirstValid(ValueSpec):
+    """vLLM's automatic choice: the first candidate its validate_configuration accepts here
+    (rules/catalog/vllm.yaml), for the KV dtype at selection decided so far."""
+
+    candidates: tuple[str, ...]
+    reads: tuple[str, ...] = ("out.requested_kv_cache_dtype", "device.major", "derived.heads_per_rank",
+                              "config.dcp_size", "config.page_size", "model.index_topk")
+
+    def value(self, ns: Mapping[str, Any], catalog: Catalog) -> Any:
+        from nsa_policy.catalog.vllm import load_vllm, selector_facts
+
+        if ns["out.requested_kv_cache_dtype"] is None:
+            return None
+        v, sel = load_vllm(), selector_facts(ns, catalog)
+        return next((c for c in self.candidates if not v.reasons(c, sel)), None)
+
+    def describe(self) -> str:
+        return f"the first vLLM backend that validates here of {', '.join(self.candidates)}"
 
 
 class Assignment(NamedTuple):
@@ -278,6 +300,7 @@ class CompiledBundle:
     source: Optional[str]
     dsa_architectures: Optional[frozenset[str]] = None
     family_only_architectures: frozenset[str] = frozenset()
+    engine: str = "sglang"  # the serving engine its rules describe (bundle.yaml `engine`)
 
     def dsa_scope(self, family: Optional[str], architecture: Optional[str]) -> str:
         """'full', 'family_only' or 'none': how much of its DSA start-up code the engine runs for the model."""
@@ -324,13 +347,18 @@ def _compile_value(out: str, value: Any, err: Callable[[str], Exception]) -> Val
             if not known_path(value["fact"]):
                 raise err(f"set.{out}: unknown fact {value['fact']!r}")
             return FromFact(str(value["fact"]))
+        if set(value) == {"vllm_first_valid"}:
+            cands = value["vllm_first_valid"]
+            if not (isinstance(cands, list) and all(isinstance(c, str) for c in cands)):
+                raise err(f"set.{out}: vllm_first_valid takes a list of vLLM backend names")
+            return VllmFirstValid(tuple(cands))
         if set(value) == {"first_valid"}:
             fv = value["first_valid"]
             if not (isinstance(fv, dict) and set(fv) == {"phase", "candidates"} and fv["phase"] in ("prefill", "decode")
                     and isinstance(fv["candidates"], list)):
                 raise err(f"set.{out}: first_valid takes {{phase: prefill|decode, candidates: [backend, …]}}")
             return FirstValid(fv["phase"], tuple(fv["candidates"]))
-        raise err(f"set.{out}: a value is a literal, {{fact: path}} or {{first_valid: …}}")
+        raise err(f"set.{out}: a value is a literal, {{fact: path}}, {{first_valid: …}} or {{vllm_first_valid: […]}}")
     kind = _output_kind(out)
     # A literal must have the output's type (bool is not an int here): a string page size would
     # otherwise resolve with exit 0 and reach a launch command as `--page-size sixty-four`.
@@ -375,6 +403,9 @@ def bundle_path(name_or_dir: str, field: str = "policy") -> Path:
     release = release_bundle(name_or_dir)
     if release is not None:
         return policy_dir() / release
+    vrelease = vllm_release_bundle(name_or_dir)
+    if vrelease is not None:
+        return policy_dir() / vrelease
     raise InputError(field, name_or_dir, list_bundles(), hint="not a bundle name or folder")
 
 
@@ -404,6 +435,30 @@ def release_bundle(name: str) -> Optional[str]:
                               + (f"; the oldest release bundle is {oldest} (sglang-pre-21783 is 0.5.10rc0's policy)"
                                  if oldest else ""))
     return max(below)[1]
+
+
+_VLLM_NAME = re.compile(r"^vllm-(\d+(?:\.\d+)+)$")
+
+
+def vllm_release_bundle(name: str) -> Optional[str]:
+    """The shipped vllm-<X.Y> bundle that answers for vLLM release `name` (vllm-0.33.0 → vllm-0.33);
+    None when `name` is not vllm-<version> or no bundle is that old or older."""
+    from nsa_policy.versions import parse_version
+
+    m = _VLLM_NAME.match(name.strip())
+    if m is None:
+        return None
+    want = parse_version(m.group(1), field="policy")
+    shipped = [(parse_version(r.group(1)), b) for b in list_bundles() if (r := _VLLM_NAME.match(b))]
+    below = [(v, b) for v, b in shipped if v <= want or (v.release[:2] == want.release[:2])]
+    return max(below)[1] if below else None
+
+
+def bundle_for_engine(policy: str, engine: str) -> str:
+    """`default` names the project's recommendation for each engine: vLLM's is the vllm-default bundle."""
+    if engine == "vllm" and policy == "default":
+        return "vllm-default"
+    return policy
 
 
 # (the rule as written, its YAML node for line numbers, the file it is in)
@@ -488,6 +543,12 @@ class _Loader:
             if out not in OUTPUT_FIELDS:
                 raise err(f"set: unknown output {out!r}; valid: {', '.join(OUTPUT_FIELDS)}", ("set", out))
             compiled = _compile_value(out, value, _at(err, ("set", out)))
+            for b in _vllm_backends(out, compiled):
+                from nsa_policy.catalog.vllm import load_vllm
+
+                if b not in load_vllm().backends:
+                    raise err(f"set.{out}: unknown vLLM backend {b!r}; did you mean "
+                              f"{closest(b, load_vllm().backend_names)!r}?", ("set", out))
             for b in _literal_backends(out, compiled):
                 if b not in self.catalog.backends:
                     raise err(f"set.{out}: unknown backend {b!r}; did you mean "
@@ -549,6 +610,17 @@ def existing_from_same_file(entry: _Entry, path: Path) -> bool:
     return entry[2] == path
 
 
+def _vllm_backends(out: str, value: ValueSpec) -> list[str]:
+    """vLLM backend names a rule sets attention_backend to (literal upper-case enum names or candidates)."""
+    if out != "attention_backend":
+        return []
+    if isinstance(value, VllmFirstValid):
+        return list(value.candidates)
+    if isinstance(value, Fixed) and isinstance(value.literal, str) and value.literal.isupper():
+        return [value.literal]
+    return []
+
+
 def _literal_backends(out: str, value: ValueSpec) -> list[str]:
     if out not in ("prefill_backend", "decode_backend"):
         return []
@@ -594,7 +666,8 @@ def compile_bundle(name_or_dir: str, catalog: Optional[Catalog] = None, codes: O
                           digest=h.hexdigest()[:16], stages=compiled, files=tuple(str(f) for f in files),
                           source=head.source,
                           dsa_architectures=None if head.dsa_architectures is None else frozenset(head.dsa_architectures),
-                          family_only_architectures=frozenset(head.family_only_architectures or ()))
+                          family_only_architectures=frozenset(head.family_only_architectures or ()),
+                          engine=head.engine)
 
 
 def _is_abstract(name: str) -> bool:

@@ -111,6 +111,7 @@ _AGREED = Tags("agreed")
 
 class Decision(Frozen):
     applies: Annotated[bool, _AGREED]
+    engine: Annotated[str, _AGREED] = Field(default="sglang", description="the engine the decision is for: sglang or vllm")
     policy: str
     policy_digest: str = Field(description="sha256 of the bundle's rule files, first 16 hex digits")
     device: str
@@ -126,6 +127,10 @@ class Decision(Frozen):
     dense_attn_kv_len_threshold: Annotated[Optional[int], _out("dense-attention threshold", "recorded")] = None
     index_topk: Annotated[Optional[int], _out("index top-k")] = None
     kv_cache_layout: Annotated[Optional[str], _out("KV cache layout", "recorded")] = None
+    # vLLM: the KV dtype its backend selector sees (the flag after the model hook), before the
+    # post-selection rewrite that gives kv_cache_dtype (fp8 -> fp8_ds_mla on FLASHMLA_SPARSE).
+    requested_kv_cache_dtype: Annotated[Optional[str], _out("KV dtype at selection")] = None
+    indexer_cache_dtype: Annotated[Optional[str], _out("indexer cache dtype")] = None
     heads_per_rank: Annotated[Optional[int], _AGREED] = None
     padded_heads: Annotated[dict[str, int], _AGREED] = Field(
         default_factory=dict, description="phase → q heads after kernel padding")

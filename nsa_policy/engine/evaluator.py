@@ -81,10 +81,20 @@ class _Evaluation:
         self.steps.append(_trace_entry(rule.id, rule.stage, outcome, why))
 
 
-def _seed_user_values(ev: _Evaluation) -> None:
+def _seed_user_values(ev: _Evaluation, engine: str) -> None:
     """Explicit user values are outputs from the start; fill rules then never touch them."""
     ns, prov = ev.ns, ev.prov
     kv = ns["config.kv_cache_dtype"]
+    if engine == "vllm":
+        # vLLM: a forced --attention-backend and a --block-size are outputs as given. The KV dtype is
+        # not: the bundle's model-hook rules read the flag, and vLLM rewrites it after selection.
+        for out, key, flag in (("attention_backend", "config.attention_backend", "--attention-backend"),
+                               ("page_size", "config.page_size", "--block-size")):
+            if ns[key] is not None and (out != "attention_backend" or ns["vllm.backend_known"]):
+                ns[f"out.{out}"] = ns[key]
+                ns[f"prov.{out}"] = "user"
+                prov[out] = _provenance("user", flag, None)
+        return
     seeds = {
         "kv_cache_dtype": kv if kv in KV_DTYPES else None,
         "prefill_backend": ns["config.nsa_prefill_backend"],
@@ -235,7 +245,7 @@ def _assemble(ev: _Evaluation, bundle: CompiledBundle, facts: Facts, applies: bo
             prov[out] = _provenance(source, "", None)
     outputs = {f: get(key) for f, key in _OUTPUT_KEYS}
     return Decision.model_construct(
-        applies=applies, policy=bundle.name, policy_digest=bundle.digest,
+        applies=applies, engine=facts.config.engine, policy=bundle.name, policy_digest=bundle.digest,
         device=device_label or facts.device.name, device_class=facts.device.device_class,
         model=facts.model.model_id, model_family=facts.model.family, architecture=facts.model.architecture,
         **outputs, heads_per_rank=facts.derived.heads_per_rank, padded_heads=FrozenDict(padded),
@@ -248,7 +258,12 @@ def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: b
              device_label: Optional[str] = None) -> Decision:
     ns = build_namespace(facts, catalog)
     ev = _Evaluation(ns, catalog, trace)
-    _seed_user_values(ev)
+    if facts.config.engine != bundle.engine:
+        from nsa_policy.errors import InputError
+
+        raise InputError("engine", facts.config.engine, [bundle.engine],
+                         hint=f"policy {bundle.name} describes {bundle.engine}")
+    _seed_user_values(ev, facts.config.engine)
     scope = bundle.dsa_scope(facts.model.family, facts.model.architecture)
     ns["policy.dsa_scope"] = scope
     applies = scope != "none"

@@ -77,8 +77,13 @@ class ModelFacts(Frozen):
 
 
 class ServingConfig(Frozen):
-    """The serving arguments that bear on DSA, spelt as sglang spells them. None = unset."""
+    """The serving arguments that bear on DSA, spelt as sglang spells them. None = unset.
 
+    `engine` says which serving engine the arguments are for; vLLM's names map onto these fields
+    through rules/catalog/vllm-args.yaml (block_size → page_size, tensor_parallel_size → tp_size,
+    decode_context_parallel_size → dcp_size)."""
+
+    engine: Literal["sglang", "vllm"] = Field(default="sglang", description="the serving engine: sglang or vllm")
     model_path: Optional[str] = None
     kv_cache_dtype: Optional[str] = Field(default=None, description="auto, bfloat16, bf16 (alias), fp8_e4m3")
     nsa_prefill_backend: Optional[str] = None
@@ -101,6 +106,11 @@ class ServingConfig(Frozen):
     enable_two_batch_overlap: bool = Field(default=False, description="TBO; refused with index-topk sharing (0.5.13+)")
     disaggregation_mode: str = Field(default="null", description="PD disaggregation: null, prefill or decode")
     enable_hierarchical_cache: bool = Field(default=False, description="HiCache; refused with dcp_size > 1 (0.5.22+)")
+    # vLLM only (rules/catalog/vllm-args.yaml)
+    attention_backend: Optional[str] = Field(default=None, description="vLLM --attention-backend (enum name); None = auto")
+    prefill_context_parallel_size: int = Field(default=1, ge=1, description="vLLM --prefill-context-parallel-size")
+    sparse_mla_force_mqa: bool = Field(default=False, description="vLLM -ac.sparse_mla_force_mqa: no dense short prefill")
+    indexer_kv_dtype: Optional[str] = Field(default=None, description="vLLM -ac.indexer_kv_dtype: auto, fp8 or mxfp4")
 
 
 THRESHOLD_ENV_VARS = (

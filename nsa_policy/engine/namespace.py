@@ -36,6 +36,13 @@ LAZY_PATHS = frozenset(f"{kind}.{phase}{suffix}" for phase in ("prefill", "decod
                        for kind, suffix in (("cap", ".status"), ("cap", ".reason"), ("req", ""),
                                             ("pad", ""), ("pad", "_factor")))
 LAZY_PREFIXES = ("pkg.",)
+# vLLM facts (rules/catalog/vllm.yaml), computed on access from the outputs so far: whether the chosen
+# attention_backend passes vLLM's validate_configuration for the KV dtype at selection, its reasons
+# (as vLLM prints them), the dtype vLLM stores after its rewrite, the backend's dense short-prefill
+# path, a crash after selection on this vendor, vLLM's block-size choice; and two input checks.
+VLLM_PATHS = frozenset(f"vllm.{k}" for k in ("backend_known", "kv_known", "quantized_kv", "valid", "reasons",
+                                              "stored_kv", "dense_prefill", "crashes", "block_size",
+                                              "indexer_mxfp4_ok", "indexer_dtype_known"))
 # sglang.<release>.lists_<phase>_backend: does that sglang release list the configured backend among
 # its --nsa/--dsa-<phase>-backend choices (catalog backends.yaml sglang_choice); None when unset/unknown.
 _SGLANG_LISTS = re.compile(r"^sglang\.(\d+(?:\.[0-9A-Za-z]+)*)\.lists_(prefill|decode)_backend$")
@@ -46,13 +53,14 @@ _SGLANG_SPELLINGS = re.compile(r"^sglang\.(\d+(?:\.[0-9A-Za-z]+)*)\.(refused|dep
 
 
 def known_path(path: str) -> bool:
-    return (path in STATIC_PATHS or path in LAZY_PATHS or path.startswith(LAZY_PREFIXES)
+    return (path in STATIC_PATHS or path in LAZY_PATHS or path in VLLM_PATHS or path.startswith(LAZY_PREFIXES)
             or _SGLANG_LISTS.match(path) is not None or _SGLANG_SPELLINGS.match(path) is not None)
 
 
 def all_paths() -> list[str]:
-    return sorted(STATIC_PATHS | LAZY_PATHS) + ["pkg.<distribution>", "sglang.<release>.lists_{prefill,decode}_backend",
-                                                 "sglang.<release>.{refused,deprecated}_spellings"]
+    return sorted(STATIC_PATHS | LAZY_PATHS | VLLM_PATHS) + [
+        "pkg.<distribution>", "sglang.<release>.lists_{prefill,decode}_backend",
+        "sglang.<release>.{refused,deprecated}_spellings"]
 
 
 # What a fact's value depends on. Consumers (lint's "does this finding need the device?") ask here
@@ -62,7 +70,8 @@ _EVERYTHING = frozenset(INPUTS)
 _FAMILY_INPUTS = {
     "device": frozenset({"device"}), "model": frozenset({"model"}), "config": frozenset({"config"}),
     "env": frozenset({"env"}), "pkg": frozenset({"packages"}), "input": frozenset({"config", "env"}),
-    "sglang": frozenset({"config"}), "policy": frozenset({"model"}),  # the bundle's scope for the architecture
+    "sglang": frozenset({"config"}), "vllm": _EVERYTHING,
+    "policy": frozenset({"model"}),  # the bundle's scope for the architecture
     # Outputs, and what the catalog says about the chosen backends, follow from all of it.
     "out": _EVERYTHING, "cap": _EVERYTHING, "req": _EVERYTHING, "pad": _EVERYTHING,
 }
@@ -94,6 +103,8 @@ def outputs_read(path: str) -> tuple[str, ...]:
     family, _, rest = path.partition(".")
     if family in ("out", "prov"):
         return (rest,)
+    if family == "vllm" and rest not in ("backend_known", "kv_known", "indexer_dtype_known"):
+        return ("attention_backend", "requested_kv_cache_dtype")
     return _LAZY_OUTPUTS.get(path, ())
 
 
@@ -115,6 +126,8 @@ class FactNamespace(dict[str, Any]):
                 release, phase = listed.groups()
                 backend = self[f"config.nsa_{phase}_backend"]
                 if backend is None or backend not in self.catalog.backends:
+            if key in VLLM_PATHS:
+                return _vllm_fact(self, key[5:])
                     return None
                 return self.catalog.sglang_lists(backend, phase, release)
             spelt = _SGLANG_SPELLINGS.match(key)
@@ -171,6 +184,43 @@ def _device_part(d: DeviceFacts) -> dict[str, Any]:
             "device.major": cc[0] if cc else None, "device.minor": cc[1] if cc else None,
             "device.product": d.product_name, "device.memory_gb": d.memory_gb, "device.sm_count": d.sm_count}
 
+def _vllm_fact(ns: FactNamespace, what: str) -> Any:
+    from nsa_policy.catalog.vllm import UNQUANTIZED_KV, load_vllm, selector_facts
+
+    v = load_vllm()
+    if what == "backend_known":
+        b = ns["config.attention_backend"]
+        return b is None or b.upper() in v.backends
+    if what == "kv_known":
+        return ns["config.kv_cache_dtype"] in (v.argument("kv_cache_dtype").choices or ())
+    if what == "indexer_dtype_known":
+        d = ns["config.indexer_kv_dtype"]
+        return d is None or d in v.doc.indexer.cache_dtypes
+    if what == "indexer_mxfp4_ok":
+        return ns["device.vendor"] == "nvidia" and ns["device.major"] in v.doc.indexer.mxfp4_capability_majors
+    kv = ns["out.requested_kv_cache_dtype"]
+    if what == "quantized_kv":
+        return None if kv is None else kv not in UNQUANTIZED_KV
+    backend = ns["out.attention_backend"]
+    if backend is None or backend not in v.backends:
+        return None
+    spec = v.backends[backend]
+    if what == "dense_prefill":
+        return spec.dense_prefill
+    if what == "crashes":
+        return spec.crashes.reason if spec.crashes and spec.crashes.vendor == ns["device.vendor"] else None
+    if what == "block_size":
+        return v.block_size(backend, ns["device.vendor"])
+    if kv is None:
+        return None
+    if what == "stored_kv":
+        return v.stored_kv(backend, kv)
+    reasons = v.reasons(backend, selector_facts(ns, ns.catalog))
+    if what == "valid":
+        return not reasons
+    return str(list(reasons))  # "reasons": as vLLM prints them in its ValueError
+
+
 
 @lru_cache(maxsize=256)
 def _model_part(m: ModelFacts) -> dict[str, Any]:
@@ -217,7 +267,12 @@ def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
         ns[key] = cfg[name]
     raw_kv = c.kv_cache_dtype
     ns["config.kv_cache_dtype_raw"] = raw_kv
-    ns["config.kv_cache_dtype"] = KV_ALIASES.get(raw_kv, raw_kv) if raw_kv is not None else "auto"
+    if c.engine == "vllm":  # vLLM's own names, no sglang aliases (bf16 is not a vLLM dtype)
+        ns["config.kv_cache_dtype"] = raw_kv if raw_kv is not None else "auto"
+        backend = c.attention_backend
+        ns["config.attention_backend"] = None if backend is None or backend.lower() == "auto" else backend.upper()
+    else:
+        ns["config.kv_cache_dtype"] = KV_ALIASES.get(raw_kv, raw_kv) if raw_kv is not None else "auto"
     names = catalog.backends
     threshold, source = (c.dense_attn_kv_len_threshold, "flag") if c.dense_attn_kv_len_threshold is not None else (
         (e.dense_attn_kv_len_threshold, "env") if e.dense_attn_kv_len_threshold is not None else (None, None))

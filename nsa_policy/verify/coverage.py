@@ -17,7 +17,7 @@ from nsa_policy.engine.facts import Facts
 from nsa_policy.errors import InputError
 
 
-def facts_from_case_input(inp: dict) -> Facts:
+def facts_from_case_input(inp: dict, engine: str = "sglang") -> Facts:
     from nsa_policy.api import build_facts
 
     data = dict(inp)
@@ -35,7 +35,7 @@ def facts_from_case_input(inp: dict) -> Facts:
                     "index_topk_pattern"):
             if key in data:
                 model[key] = data.pop(key)
-    return build_facts(data, device=device, model=model, env=env, packages=packages)
+    return build_facts(data, device=device, model=model, env=env, packages=packages, engine=engine)
 
 
 def load_case_files(paths: list[str]) -> list[tuple[Optional[str], str, dict[str, Any]]]:

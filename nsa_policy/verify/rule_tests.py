@@ -166,8 +166,8 @@ def _expectation(data: LineDict, where: list[str | int], name: str, path: Path) 
                 near = closest(value, catalog.backend_names)
                 raise e(f"{key}: unknown backend {value!r}" + (f"; did you mean {near!r}?" if near else "")
                         + f"; valid: {', '.join(catalog.backend_names)}, null")
-            if key == "kv_cache_dtype" and value is not None and value not in KV_DTYPES:
-                raise e(f"{key}: {value!r} is not a resolved KV dtype; valid: {', '.join(KV_DTYPES)}, null")
+            if key == "kv_cache_dtype" and value is not None and value not in _kv_dtypes_any_engine():
+                raise e(f"{key}: {value!r} is not a resolved KV dtype; valid: {', '.join(_kv_dtypes_any_engine())}, null")
             out["outputs"][key] = _plain(value)
         elif key in FLAG_KEYS:
             if not isinstance(value, bool):
@@ -367,12 +367,21 @@ def compare(expect: Expectation, decision: Decision, rule_ids: Sequence[str]) ->
     return problems
 
 
-def facts_of(case: RuleTestCase) -> Facts:
-    """The case's input as facts; input that cannot be evaluated is an error at the case's line."""
+def _kv_dtypes_any_engine() -> tuple[str, ...]:
+    """sglang's resolved KV dtypes, then vLLM's (a vllm-* bundle's decision holds vLLM's names)."""
+    from nsa_policy.catalog.vllm import load_vllm
+
+    extra = [k for k in load_vllm().argument("kv_cache_dtype").choices or () if k not in KV_DTYPES]
+    return tuple(KV_DTYPES) + tuple(extra)
+
+
+def facts_of(case: RuleTestCase, engine: str = "sglang") -> Facts:
+    """The case's input as facts; input that cannot be evaluated is an error at the case's line.
+    `engine`: the bundle's engine (a vllm-* bundle's cases use vLLM's argument names)."""
     from nsa_policy.verify.coverage import facts_from_case_input
 
     try:
-        return facts_from_case_input(case.input)
+        return facts_from_case_input(case.input, engine=engine)
     except NsaPolicyError as exc:
         raise RuleFileError(case.file, case.line, f"case {case.name!r}: input {exc}") from None
 
@@ -381,7 +390,7 @@ def run_case(case: RuleTestCase, policy: str) -> CaseResult:
     """Decide the case under one bundle and compare with what it expects."""
     from nsa_policy.api import decide
 
-    decision = decide(facts_of(case), policy, trace=True)
+    decision = decide(facts_of(case, get_bundle(policy).engine), policy, trace=True)
     rule_ids = [r.id for r in get_bundle(policy).rules]
     fired = frozenset(t.rule for t in decision.trace if t.outcome in FIRED)
     return CaseResult(case=case, bundle=decision.policy, problems=tuple(compare(case.expect, decision, rule_ids)),

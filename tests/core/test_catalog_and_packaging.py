@@ -75,7 +75,8 @@ def test_cli_listings() -> None:
     names = {p["name"] for p in policies}
     assert names >= {"default", "sglang-0.5.10", "sglang-pre-21783"}
     # the other shipped bundles are the per-release compatibility bundles (issue 11)
-    assert all(n.startswith("sglang-0.5.") for n in names - {"default", "sglang-pre-21783"})
+    # and the vLLM bundles (issue 14): vllm-<release> compatibility bundles and vllm-default
+    assert all(n.startswith(("sglang-0.5.", "vllm-")) for n in names - {"default", "sglang-pre-21783"})
     version = r.invoke(app, ["--version"])
     assert version.exit_code == 0 and version.stdout.startswith("nsa-policy ")
 
