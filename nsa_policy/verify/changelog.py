@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any, Optional
 
 from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles, release_bundle
@@ -213,7 +214,7 @@ def _outcome(decision: Any, other: Any) -> str:
 
 
 def examples(step: Step, space: Space, before: CompiledBundle, after: CompiledBundle) -> list[dict]:
-    """Up to MAX_EXAMPLES inputs: the minimal input of each refusal and output change class, largest first."""
+    """Up to MAX_EXAMPLES inputs: the minimal input of the largest refusal and output change classes."""
     from nsa_policy.catalog.store import load_catalog
     from nsa_policy.engine.evaluator import evaluate
     from nsa_policy.verify.space import FactsBuilder
@@ -221,7 +222,10 @@ def examples(step: Step, space: Space, before: CompiledBundle, after: CompiledBu
     report = step.report
     if report is None:
         return []
-    ranked = [c for c in report.classes if c.kind in ("status", "output")]
+    # refusal and output classes alternately, largest first, so both kinds of change get examples
+    status = [c for c in report.classes if c.kind == "status"]
+    outputs = [c for c in report.classes if c.kind == "output"]
+    ranked = [c for pair in zip_longest(status, outputs) for c in pair if c is not None]
     ranked += [c for c in report.classes if c.kind not in ("status", "output")]
     catalog, builder = load_catalog(), FactsBuilder()
     flags = flags_for(_version(step.bundle))
