@@ -101,6 +101,7 @@ class ForwardPlan:
     # flashmla_*: the transform's output buffers, reused by every layer
     slots: Optional[torch.Tensor] = None
     counts: Optional[torch.Tensor] = None
+    slots_3d: Optional[torch.Tensor] = None         # slots viewed [T, 1, K] (FlashMLA's indices)
     q_padded: Optional[torch.Tensor] = None
 
 
@@ -517,9 +518,11 @@ class SparseMLAAdapter:
             raise ValueError(f"q has {q_nope.shape[0]} tokens but topk_indices has {num_tokens} rows")
         return q_nope, q_pe
 
-    def _kv_rows(self, kv_cache: torch.Tensor, allow_fp32: bool = False) -> torch.Tensor:
-        """The pool as [N, row] (576 elements, or 656 bytes for fp8-656). fp32 is accepted for
-        a bf16-576 layout only by the torch reference."""
+    def _kv_rows(self, kv_cache: torch.Tensor, allow_fp32: bool = False,
+                 shape: tuple[int, ...] = (-1, HEAD_DIM_QK)) -> torch.Tensor:
+        """The pool as [N, row] (576 elements, or 656 bytes for fp8-656), or for the 576-element
+        layouts as `shape`: one view of a contiguous pool (a view per layer costs host time). fp32
+        is accepted for a bf16-576 layout only by the torch reference."""
         if self.kv_cache_layout == "fp8-656-blockwise":
             if kv_cache.element_size() != 1 or kv_cache.shape[-1] != BYTES_656:
                 raise ValueError(f"fp8-656-blockwise kv_cache must be bytes [..., {BYTES_656}], got "
@@ -531,7 +534,7 @@ class SparseMLAAdapter:
         want = torch.float8_e4m3fn if self.kv_cache_layout == "fp8-576-per-tensor" else torch.bfloat16
         if kv_cache.dtype != want and not (allow_fp32 and want == torch.bfloat16 and kv_cache.dtype == torch.float32):
             raise ValueError(f"{self.kv_cache_layout} kv_cache must be {want}, got {kv_cache.dtype}")
-        return kv_cache.reshape(-1, HEAD_DIM_QK)
+        return kv_cache.view(shape) if kv_cache.is_contiguous() else kv_cache.reshape(shape)
 
     def _slots(self, phase, topk_indices, page_table, plan, compact: bool,
                empty_row_slot: Optional[int] = None):
@@ -586,15 +589,16 @@ class SparseMLAAdapter:
         if plan.slots is None or plan.slots.shape != shape:
             plan.slots = torch.empty(shape, dtype=torch.int32, device=topk_indices.device)
             plan.counts = torch.empty(shape[0], dtype=torch.int32, device=topk_indices.device)
+            plan.slots_3d = plan.slots.unsqueeze(1)
         return plan.slots, plan.counts
 
     def _padded_q(self, plan, q):
         """q with FlashMLA's head count (64 or 128): the zero heads live in a per-plan buffer,
         zeroed once, so each layer copies only its real heads."""
         heads = q.shape[1]
-        target = _flashmla.padded_heads(heads)
-        if target == heads:
+        if heads == 64 or heads == 128:  # a kernel variant already (_flashmla.HEAD_VARIANTS)
             return q
+        target = _flashmla.padded_heads(heads)
         buf = plan.q_padded
         if buf is None or buf.shape != (q.shape[0], target, HEAD_DIM_QK) or buf.device != q.device:
             buf = plan.q_padded = q.new_zeros(q.shape[0], target, HEAD_DIM_QK)
@@ -618,10 +622,9 @@ class SparseMLAAdapter:
         else:
             transform_index_page_table_decode_compact(page_table, topk_indices, self.table_page_size,
                                                       out, counts, impl=self.transform_impl)
-        slots = out
         q = self._padded_q(plan, q)
         kwargs = _flashmla.sparse_prefill_call(
-            q=q, kv=self._kv_rows(kv_cache).view(-1, 1, HEAD_DIM_QK), indices=slots.unsqueeze(1),
+            q=q, kv=self._kv_rows(kv_cache, shape=(-1, 1, HEAD_DIM_QK)), indices=plan.slots_3d,
             sm_scale=plan.softmax_scale, topk_length=counts)
         out = self._kernels["flashmla"].flash_mla_sparse_fwd(**kwargs)[0]
         return out[:, :heads] if out.shape[1] != heads else out
@@ -652,7 +655,7 @@ class SparseMLAAdapter:
                              f"tokens, got {rows.shape[0]} rows")
         kwargs = _flashmla.kv_decode_call(
             q=q.unsqueeze(1), k_cache=rows.view(-1, _flashmla.KV_PAGE_SIZE, 1, BYTES_656),
-            indices=slots.unsqueeze(1), sched_meta=plan.flashmla_meta,
+            indices=plan.slots_3d, sched_meta=plan.flashmla_meta,
             softmax_scale=plan.softmax_scale, block_table=self._empty_block_table(num_tokens))
         out = self._kernels["flashmla"].flash_mla_with_kvcache(**kwargs)[0][:, 0]
         return out[:, :heads] if out.shape[1] != heads else out
