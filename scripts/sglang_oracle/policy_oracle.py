@@ -59,7 +59,10 @@ DEVICES = {
     "sm121": ((12, 1), "NVIDIA GB10", 128 * GB, False),
     "gfx942": ((9, 4), "AMD Instinct MI300X", 192 * GB, True),
     "gfx950": ((9, 5), "AMD Instinct MI355X", 288 * GB, True),
+    # Intel Data Center GPU Max 1550 (XPU): no CUDA capability; sglang asks get_platform()/is_xpu()
+    "xpu": ((0, 0), "Intel(R) Data Center GPU Max 1550", 128 * GB, False),
 }
+XPU = ("xpu",)
 THRESHOLD_VAR = "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"
 # Variables an input may set; all are cleared before each input so inputs do not leak into each other.
 INPUT_ENV = (THRESHOLD_VAR, "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", "SGLANG_USE_AITER",
@@ -123,8 +126,9 @@ class ConfigDirs:
 
 def platform_facts(device: str) -> dict:
     (major, minor), _, _, hip = DEVICES[device]
-    cuda = not hip
-    return {"is_cuda": cuda, "is_hip": hip, "is_npu": False, "is_xpu": False, "is_musa": False, "is_mps": False,
+    xpu = device in XPU
+    cuda = not hip and not xpu
+    return {"is_cuda": cuda, "is_hip": hip, "is_npu": False, "is_xpu": xpu, "is_musa": False, "is_mps": False,
             "is_sm90": cuda and major == 9, "is_sm100": cuda and major == 10,
             "is_sm100_or_sm110": cuda and major in (10, 11), "is_sm110": cuda and major == 11,
             "is_sm120": cuda and major == 12, "is_blackwell": cuda and major in (10, 11, 12),
@@ -191,12 +195,13 @@ _LEGACY_MODULES = ("sglang.srt.server_args", "sglang.srt.arg_groups.overrides", 
 
 def _legacy_probes(device: str) -> dict:
     (major, minor), name, mem, hip = DEVICES[device]
-    cuda = not hip
-    return {"is_hip": hip, "is_cuda": cuda, "is_npu": False, "is_xpu": False, "is_cpu": False, "is_mps": False,
+    xpu = device in XPU
+    cuda = not hip and not xpu
+    return {"is_hip": hip, "is_cuda": cuda, "is_npu": False, "is_xpu": xpu, "is_cpu": False, "is_mps": False,
             "is_blackwell_supported": cuda and major in (10, 11, 12), "is_blackwell": cuda and major in (10, 11, 12),
             "is_sm90_supported": cuda and major == 9, "is_sm100_supported": cuda and major == 10,
             "is_sm120_supported": cuda and major == 12, "is_hopper_with_cuda_12_3": cuda and major == 9,
-            "is_flashinfer_available": cuda, "get_device": "cuda", "get_device_sm": major * 10 + minor,
+            "is_flashinfer_available": cuda, "get_device": "xpu" if xpu else "cuda", "get_device_sm": major * 10 + minor,
             "get_device_name": name, "get_device_memory_capacity": mem / (1 << 20),
             "get_nvidia_driver_version": (580, 0)}
 
