@@ -29,6 +29,7 @@ from nsa_policy.engine.decision import (
     model_detail,
 )
 from nsa_policy.engine.facts import Facts, FrozenDict
+from nsa_policy.engine.memo import ReadMemo
 from nsa_policy.engine.namespace import FactNamespace, build_namespace, threshold_detail
 
 _USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--nsa-prefill-backend"),
@@ -159,16 +160,22 @@ def _apply_sets(ev: _Evaluation, rule: CompiledRule,
     return changed, blocked, none_valid
 
 
-def _emit(ev: _Evaluation, rule: CompiledRule, spec: FindingSpec) -> Finding:
-    """Add the rule's finding, its message filled in and its alternatives listed."""
-    alts = spec.alternatives.values(ev.ns, ev.catalog) if spec.alternatives else ()
-    finding = Finding.model_construct(code=spec.code, level=spec.level, message=spec.render(ev.ns, alts),
-                                      rule=rule.id, fields=spec.fields, alternatives=alts, evidence=rule.evidence)
+def _build_finding(ns: Any, catalog: Catalog, rule: CompiledRule, spec: FindingSpec) -> Finding:
+    alts = spec.alternatives.values(ns, catalog) if spec.alternatives else ()
+    return Finding.model_construct(code=spec.code, level=spec.level, message=spec.render(ns, alts),
+                                   rule=rule.id, fields=spec.fields, alternatives=alts, evidence=rule.evidence)
+
+
+def _emit(ev: _Evaluation, rule: CompiledRule, spec: FindingSpec, emitted: ReadMemo) -> Finding:
+    """Add the rule's finding, its message filled in and its alternatives listed. `emitted` holds the
+    rule's findings so far by the facts each read: over `check`'s space a few hundred findings stand
+    for ~100,000 (findings are frozen, so sharing one is safe)."""
+    finding: Finding = emitted.get(ev.ns, lambda ns: _build_finding(ns, ev.catalog, rule, spec))
     ev.findings[spec.level].append(finding)
     return finding
 
 
-def _fire(ev: _Evaluation, rule: CompiledRule, targets: Targets) -> None:
+def _fire(ev: _Evaluation, rule: CompiledRule, targets: Targets, emitted: ReadMemo) -> None:
     """A rule whose condition holds: set, then emit; trace what happened."""
     outcome, why = "fired" if targets else "emitted", ""
     if targets:
@@ -186,28 +193,30 @@ def _fire(ev: _Evaluation, rule: CompiledRule, targets: Targets) -> None:
                 return
             outcome = "emitted"  # a finding still follows
     if rule.emit is not None:
-        finding = _emit(ev, rule, rule.emit)
+        finding = _emit(ev, rule, rule.emit, emitted)
         if ev.trace:
             why = (why + "; " if why else "") + f"{finding.code}: {finding.message}"
     if ev.trace:
         ev.note(rule, outcome, why)
 
 
-Plan = dict[str, tuple[tuple[CompiledRule, Optional[Check], Targets], ...]]
+Step = tuple[CompiledRule, Optional[Check], Targets, ReadMemo]
+Plan = dict[str, tuple[Step, ...]]
 _PLANS: dict[tuple[Any, ...], Plan] = {}
 
 
 def _plan(bundle: CompiledBundle, ns: FactNamespace, device: Any, trace: bool) -> Plan:
-    """Per stage, (rule, test, targets). With a trace, every rule under its full condition; without,
-    only the rules whose top-level device tests hold on this device (decided once per device), under
-    the rest of their condition (None: nothing left to test)."""
+    """Per stage, (rule, test, targets, the rule's findings so far). With a trace, every rule under its
+    full condition; without, only the rules whose top-level device tests hold on this device (decided
+    once per device), under the rest of their condition (None: nothing left to test)."""
     key = (bundle.digest, bundle.files, device if not trace else None, trace)
     plan = _PLANS.get(key)
     if plan is None:
         if trace:
-            plan = {stage: tuple((r, r.check, _targets(r)) for r in rules) for stage, rules in bundle.stages.items()}
+            plan = {stage: tuple((r, r.check, _targets(r), ReadMemo()) for r in rules)
+                    for stage, rules in bundle.stages.items()}
         else:
-            plan = {stage: tuple((r, r.rest_check, _targets(r)) for r in rules
+            plan = {stage: tuple((r, r.rest_check, _targets(r), ReadMemo()) for r in rules
                                  if r.device_check is None or r.device_check(ns))
                     for stage, rules in bundle.stages.items()}
         if len(_PLANS) > 4096:
@@ -216,14 +225,14 @@ def _plan(bundle: CompiledBundle, ns: FactNamespace, device: Any, trace: bool) -
     return plan
 
 
-def _run_stage(ev: _Evaluation, steps: tuple[tuple[CompiledRule, Optional[Check], Targets], ...]) -> None:
+def _run_stage(ev: _Evaluation, steps: tuple[Step, ...]) -> None:
     ns, trace = ev.ns, ev.trace
-    for rule, test, targets in steps:
+    for rule, test, targets, emitted in steps:
         if test is not None and not test(ns):
             if trace:
                 ev.note(rule, "not_matched", rule.explain(ns) or "condition false")
             continue
-        _fire(ev, rule, targets)
+        _fire(ev, rule, targets, emitted)
 
 
 def _assemble(ev: _Evaluation, bundle: CompiledBundle, facts: Facts, applies: bool,

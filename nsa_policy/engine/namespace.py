@@ -108,6 +108,13 @@ def outputs_read(path: str) -> tuple[str, ...]:
     return _LAZY_OUTPUTS.get(path, ())
 
 
+@lru_cache(maxsize=1024)
+def _sglang_lists_key(key: str) -> Optional[tuple[str, str]]:
+    """(release, phase) of a sglang.<release>.lists_<phase>_backend path (parsed once per path), else None."""
+    m = _SGLANG_LISTS.match(key)
+    return (m.group(1), m.group(2)) if m else None
+
+
 class FactNamespace(dict[str, Any]):
     __slots__ = ("catalog", "packages")
 
@@ -119,15 +126,15 @@ class FactNamespace(dict[str, Any]):
     def __missing__(self, key: str) -> Any:
         spec = _LAZY.get(key)
         if spec is None:
-            if key.startswith("pkg."):
-                return self.packages.get(key[4:])
-            listed = _SGLANG_LISTS.match(key)
-            if listed:
-                release, phase = listed.groups()
-                backend = self[f"config.nsa_{phase}_backend"]
-                if backend is None or backend not in self.catalog.backends:
             if key in VLLM_PATHS:
                 return _vllm_fact(self, key[5:])
+            if key.startswith("pkg."):
+                return self.packages.get(key[4:])
+            listed = _sglang_lists_key(key)
+            if listed:
+                release, phase = listed
+                backend = self[f"config.nsa_{phase}_backend"]
+                if backend is None or backend not in self.catalog.backends:
                     return None
                 return self.catalog.sglang_lists(backend, phase, release)
             spelt = _SGLANG_SPELLINGS.match(key)
@@ -177,13 +184,6 @@ _LAZY_OUTPUTS: dict[str, tuple[str, ...]] = {
     for path, (kind, phase, _, _) in _LAZY.items()}
 
 
-@lru_cache(maxsize=256)
-def _device_part(d: DeviceFacts) -> dict[str, Any]:
-    cc = d.compute_capability
-    return {"device.name": d.name, "device.class": d.device_class, "device.vendor": d.vendor,
-            "device.major": cc[0] if cc else None, "device.minor": cc[1] if cc else None,
-            "device.product": d.product_name, "device.memory_gb": d.memory_gb, "device.sm_count": d.sm_count}
-
 def _vllm_fact(ns: FactNamespace, what: str) -> Any:
     from nsa_policy.catalog.vllm import UNQUANTIZED_KV, load_vllm, selector_facts
 
@@ -220,6 +220,13 @@ def _vllm_fact(ns: FactNamespace, what: str) -> Any:
         return not reasons
     return str(list(reasons))  # "reasons": as vLLM prints them in its ValueError
 
+
+@lru_cache(maxsize=256)
+def _device_part(d: DeviceFacts) -> dict[str, Any]:
+    cc = d.compute_capability
+    return {"device.name": d.name, "device.class": d.device_class, "device.vendor": d.vendor,
+            "device.major": cc[0] if cc else None, "device.minor": cc[1] if cc else None,
+            "device.product": d.product_name, "device.memory_gb": d.memory_gb, "device.sm_count": d.sm_count}
 
 
 @lru_cache(maxsize=256)
