@@ -71,40 +71,43 @@ class Probe:
         idx, before = pending
         self.pending = None
         ns = self.ns
-        for out, value, prov in before:
-            if ns["out." + out] != value or ns["prov." + out] != prov:
+        for out, key, prov_key, value, prov in before:
+            if ns[key] != value or ns[prov_key] != prov:
                 self.setter[out] = idx
 
     def wrap(self, i: int, rest: Optional[Callable]) -> Callable:
         rule = self.rules[i]
-        read_outs = self.read_outs[i]
-        sets = rule.sets
         overwrite = rule.overwrite
         catalog = self.catalog
         only_unset = self.only_unset_reads
-        read_keys = tuple((out, "out." + out) for out in read_outs)
+        read_keys = tuple((out, "out." + out) for out in self.read_outs[i])
+        # per output it sets: (output, its out. and prov. keys, how its value is computed), built once
+        sets = tuple((out, "out." + out, "prov." + out, spec) for out, spec in rule.sets)
 
         def probed(ns) -> bool:
             if self.pending is not None:
                 self.settle()
             self.ns = ns
-            for out, key in read_keys:
-                seen = ns[key]
-                if seen is None or not only_unset:
-                    self.reads.append((i, out, seen))
+            if read_keys:
+                reads = self.reads
+                for out, key in read_keys:
+                    seen = ns[key]
+                    if seen is None or not only_unset:
+                        reads.append((i, out, seen))
             ok = rest(ns) if rest is not None else True
             if ok:
                 self.matched.append(i)
                 if sets:
                     if not overwrite:
-                        for out, spec in sets:
-                            cur = ns["out." + out]
-                            if cur is None or ns["prov." + out] != "rule":
+                        for out, key, prov_key, spec in sets:
+                            cur = ns[key]
+                            if cur is None or ns[prov_key] != "rule":
                                 continue
                             would = spec.value(ns, catalog)
                             if would is not None and would != cur:
                                 self.conflicts.append((self.setter.get(out), i, out, cur, would))
-                    self.pending = (i, tuple((out, ns["out." + out], ns["prov." + out]) for out, _ in sets))
+                    self.pending = (i, tuple((out, key, prov_key, ns[key], ns[prov_key])
+                                             for out, key, prov_key, _ in sets))
             return ok
 
         return probed
@@ -134,12 +137,23 @@ class MemoCatalog:
     def __init__(self, catalog: Catalog):
         self._catalog = catalog
         self._memo: dict = {}
+        self._package_keys: dict[int, tuple[Any, tuple]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._catalog, name)
 
-    def _call(self, name: str, *args) -> Any:
-        key = (name,) + tuple(tuple(sorted(a.items())) if isinstance(a, dict) else a for a in args)
+    def _packages(self, packages: Optional[dict]) -> tuple:
+        """A package mapping as part of a key. The space's environments are shared objects: each is
+        sorted once (the entry keeps the object alive, so its id cannot be reused by another)."""
+        packages = packages or {}
+        hit = self._package_keys.get(id(packages))
+        if hit is None or hit[0] is not packages:
+            if len(self._package_keys) >= 1024:
+                self._package_keys.clear()
+            hit = self._package_keys[id(packages)] = (packages, tuple(sorted(packages.items())))
+        return hit[1]
+
+    def _call(self, name: str, key: tuple, *args) -> Any:
         try:
             return self._memo[key]
         except KeyError:
@@ -147,18 +161,29 @@ class MemoCatalog:
             return value
 
     def capability(self, backend: str, device_class: str, kv: str, phase: str):
-        return self._call("capability", backend, device_class, kv, phase)
+        return self._call("capability", ("capability", backend, device_class, kv, phase),
+                          backend, device_class, kv, phase)
 
     def requirement_problem(self, backend: str, index_topk: Optional[int], packages) -> Optional[str]:
-        return self._call("requirement_problem", backend, index_topk, dict(packages))
+        return self._call("requirement_problem", ("requirement_problem", backend, index_topk, self._packages(packages)),
+                          backend, index_topk, dict(packages))
 
     def runs(self, backend: str, device_class: str, kv: str, phase: str, index_topk: Optional[int] = None,
              packages=None) -> bool:
-        return self._call("runs", backend, device_class, kv, phase, index_topk, dict(packages or {}))
+        return self._call("runs", ("runs", backend, device_class, kv, phase, index_topk, self._packages(packages)),
+                          backend, device_class, kv, phase, index_topk, dict(packages or {}))
 
     def valid_backends(self, phase: str, device_class: str, kv: str, index_topk: Optional[int] = None,
                        packages=None) -> list[str]:
-        return list(self._call("valid_backends", phase, device_class, kv, index_topk, dict(packages or {})))
+        return list(self._call("valid_backends",
+                               ("valid_backends", phase, device_class, kv, index_topk, self._packages(packages)),
+                               phase, device_class, kv, index_topk, dict(packages or {})))
+
+    def sglang_lists(self, backend: str, phase: str, release: str) -> bool:
+        return self._call("sglang_lists", ("sglang_lists", backend, phase, release), backend, phase, release)
+
+    def sglang_choices(self, release: str, phase: Optional[str] = None) -> list[str]:
+        return list(self._call("sglang_choices", ("sglang_choices", release, phase), release, phase))
 
 
 _MEMO_CATALOG: dict = {}
