@@ -27,6 +27,10 @@ GRID_TEXT = ("10 device classes × DeepSeek-V3.2, GLM-5 × TP 1/2/4/8/16 × DCP 
              "10 forced backends incl. none × block size unset/32/64")
 
 
+COMPARED = ("attention backend (or vLLM's ValueError = the bundle's NSA150/NSA151), KV dtype at selection, "
+            "stored KV dtype, block size, dense short-prefill length")
+
+
 def policy_view(row: dict) -> dict:
     cfg = {k: row[k] for k in ("tensor_parallel_size", "decode_context_parallel_size", "kv_cache_dtype",
                                "attention_backend", "block_size") if row[k] is not None}
@@ -76,7 +80,7 @@ Measured {res['date']} on {res['machine']}: `scripts/vllm_oracle/oracle.py` (vLL
 |---|---|
 | inputs | {len(rows):,} ({GRID_TEXT}) |
 | agreement | **{agree:,} / {len(rows):,} = {res['agreement']} %** |
-| compared | attention backend (or vLLM's ValueError = the bundle's NSA150/NSA151), KV dtype at selection, stored KV dtype, block size, dense short-prefill length |
+| compared | {COMPARED} |
 | vLLM raised | {errors:,} inputs |
 | policy time | {res['policy_seconds']} s for all inputs (trace off) |
 
