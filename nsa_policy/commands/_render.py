@@ -6,6 +6,12 @@ from nsa_policy.engine.decision import SHOWN_FIELDS, Decision
 from nsa_policy.errors import InputError
 
 SHOWN = SHOWN_FIELDS  # the Decision fields tagged `shown`
+# vLLM-only outputs: an sglang decision never sets them, so its table leaves them out
+VLLM_ONLY = frozenset({"requested_kv_cache_dtype", "indexer_cache_dtype"})
+
+
+def shown_fields(decision: Decision) -> tuple[str, ...]:
+    return tuple(f for f in SHOWN if decision.engine == "vllm" or f not in VLLM_ONLY)
 
 
 def _source(decision: Decision, field: str) -> str:
@@ -28,7 +34,7 @@ def render_table(decision: Decision) -> str:
     if not decision.applies:
         lines.append("not a DSA model: no DSA setting applies")
     else:
-        for field in SHOWN:
+        for field in shown_fields(decision):
             value = getattr(decision, field)
             lines.append(f"  {field:<28} {('-' if value is None else str(value)):<22} {_source(decision, field)}")
         if decision.heads_per_rank is not None:
@@ -51,7 +57,7 @@ def render_explain(decision: Decision) -> str:
     bundle = get_bundle(decision.policy) if decision.policy else None
     lines = [render_table(decision), "", "why:"]
     by_rule = {t.rule: t for t in decision.trace}
-    for field in SHOWN:
+    for field in shown_fields(decision):
         p = decision.provenance.get(field)
         value = getattr(decision, field)
         if p is None:

@@ -135,15 +135,24 @@ def resolve(
     explain: bool = typer.Option(False, "--explain", help="Say why for every output and every alternative passed over."),
     log_decisions: Optional[str] = typer.Option(
         None, "--log-decisions", help="Append each decision as one JSON line to this file (docs/decision-log.md)."),
+    engine: Optional[str] = typer.Option(
+        None, "--engine", help="sglang or vllm (default: the policy's; vllm-0.33 is vLLM). With vllm and the default "
+        "policy, prints what vLLM 0.33 does (vllm-0.33) and what nsa-policy recommends (vllm-default)."),
+    attention_backend: Optional[str] = typer.Option(
+        None, "--attention-backend", help="vLLM only: a forced attention backend (FLASHMLA_SPARSE, …)."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM only: the KV-cache block size."),
     **serving: Any,
 ) -> None:
     """Resolve the DSA serving decision for a device and model (or a mixed fleet: --device h200,b200)."""
-    from nsa_policy.api import build_facts, decide
+    from nsa_policy.api import build_facts, decide, engine_for
 
     try:
         given, used = serving_config(serving)
-    except InputError as exc:
+        eng = engine_for(policy, engine)
+    except (InputError, NsaPolicyError) as exc:
         raise fail_usage(exc, as_json) from None
+    if eng == "vllm":
+        _resolve_vllm(given, model, device, policy, attention_backend, block_size, as_json, explain)
     # keyed by the flag as given, so the facts know the spelling: a release bundle judges it (refused,
     # deprecated) as that release's parser would
     config: dict[str, Any] = {used[name]: value for name, value in given.items()}
@@ -177,6 +186,38 @@ def resolve(
         except NsaPolicyError as exc:
             raise fail_after_output(exc) from None
     raise typer.Exit(EXIT_REJECTED if decision.errors else EXIT_OK)
+
+
+def _resolve_vllm(given: dict[str, Any], model: Optional[str], device: str, policy: str,
+                  attention_backend: Optional[str], block_size: Optional[int], as_json: bool, explain: bool) -> None:
+    """resolve --engine vllm: vLLM's names (rules/catalog/vllm-args.yaml); `default` shows vLLM 0.33's own
+    decision and the project's recommendation (vllm-default), one after the other."""
+    from nsa_policy.api import build_facts, decide
+    from nsa_policy.commands._render import render_explain, render_table
+
+    names = {"kv_cache_dtype": "kv_cache_dtype", "tp_size": "tensor_parallel_size", "page_size": "block_size",
+             "dcp_size": "decode_context_parallel_size"}
+    config: dict[str, Any] = {names[k]: v for k, v in given.items() if k in names}
+    if attention_backend is not None:
+        config["attention_backend"] = attention_backend
+    if block_size is not None:
+        config["block_size"] = block_size
+    policies = ["vllm-0.33", "default"] if policy == "default" else [policy]
+    decisions = []
+    try:
+        facts = build_facts(config, device=device, model=model, env=os.environ, engine="vllm")
+        decisions = [decide(facts, p) for p in policies]
+    except (NsaPolicyError, DeviceDiscoveryError) as exc:
+        raise fail_usage(exc, as_json) from None
+    if as_json:
+        print(json.dumps(decisions[-1].model_dump(mode="json")))
+    else:
+        for title, d in zip(("what vLLM 0.33 does", "what nsa-policy recommends") if len(decisions) == 2 else ("",),
+                            decisions):
+            if title:
+                print(f"# {title}")
+            print(render_explain(d) if explain else render_table(d))
+    raise typer.Exit(EXIT_REJECTED if decisions[-1].errors else EXIT_OK)
 
 
 def _resolve_mixed_node(config: dict[str, Any], device: str, model_args: tuple[Any, ...],
