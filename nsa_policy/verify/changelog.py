@@ -57,8 +57,6 @@ Not reproduced (yet), so not in the counts below:
   `--config` merging in 0.5.13–0.5.19 also refuses a key whose destination a deprecated alias shares
   (`dsa-prefill-backend: …`: ValueError "Unsupported config option"; `enable-dp-attention: true` from
   0.5.22) and a deprecated switch written `key: true` ("unrecognized arguments: true"); not modelled.
-- A threshold set under both variable names with different values is an input error here; sglang
-  reads one of them (0.5.10–0.5.12 the NSA name, later the DSA name).
 """
 
 
