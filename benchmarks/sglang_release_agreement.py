@@ -175,7 +175,7 @@ GRIDS = {"full": full_grid, "main": main_grid, "variants": variant_grid}
 
 
 # nsa-policy's side: nsa_policy.verify.engine_replay (shared with the CI replay) -----------------------
-from nsa_policy.verify.engine_replay import agree, outside  # noqa: E402
+from nsa_policy.verify.engine_replay import agree, as_given, outside  # noqa: E402
 from nsa_policy.verify.engine_replay import answer as ours  # noqa: E402
 
 
@@ -335,7 +335,7 @@ def main() -> None:
     t1 = time.time()
     for item in items:
         theirs, mine = answers[item["id"]], ours(a.release, item)
-        if agree(mine, theirs):
+        if agree(mine, theirs, as_given(a.release, item)):
             n_agree += 1
         elif outside(mine, theirs):
             n_outside += 1
@@ -344,7 +344,8 @@ def main() -> None:
         progress.step()
     t_ours = time.time() - t1
     entry = {"release": a.release, "bundle": release_bundle(f"sglang-{a.release}"), "grid": grid,
-             "inputs": len(items), "agree": n_agree, "outside_dsa": n_outside, "sglang_refuses": sum(not r["ok"] for r in answers.values()),
+             "inputs": len(items), "agree": n_agree, "outside_dsa": n_outside,
+             "sglang_refuses": sum(not r["ok"] for r in answers.values()),
              "harness_errors": sum(r.get("stage") in ("input", "parse") and not r["ok"]
                                    and "argparse" not in (r.get("error") or {}).get("message", "")
                                    for r in answers.values()),

@@ -175,6 +175,11 @@ KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
     AlternativesKind("vllm_kv_or_devices", "the KV dtypes some vLLM sparse backend validates here", "true",
                      lambda a: a is True, lambda a: ("device.major", "out.requested_kv_cache_dtype"),
                      _vllm_kv_or_devices),
+    AlternativesKind("threshold_variables", "the values the two dense-attention threshold variables carry "
+                     "(set one of them)", "true", lambda a: a is True,
+                     lambda a: ("env.dense_attn_kv_len_threshold", "env.dsa_threshold"),
+                     lambda a, ns, catalog: tuple(f"dense_attn_kv_len_threshold {v}" for v in (
+                         ns["env.dense_attn_kv_len_threshold"], ns["env.dsa_threshold"]) if v is not None)),
     AlternativesKind("parallel", "parallel shapes that divide evenly: dp sizes for this tp_size (dp_size) or "
                      "attention-TP sizes for these heads (attention_tp)", "dp_size or attention_tp",
                      lambda a: a in ("dp_size", "attention_tp"), lambda a: _PARALLEL_READS, _parallel),

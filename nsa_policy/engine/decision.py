@@ -34,14 +34,17 @@ class Tags:
     tags: frozenset[str]
     title: Optional[str] = None  # how reports name it ("KV cache dtype"); default: the field name
     agreed_as: Optional[str] = None  # its name in the agreement view when that holds a projection of it
+    engine: Optional[str] = None  # only this engine's decisions set it (None: every engine's)
 
-    def __init__(self, *tags: Tag, title: Optional[str] = None, agreed_as: Optional[str] = None):
+    def __init__(self, *tags: Tag, title: Optional[str] = None, agreed_as: Optional[str] = None,
+                 engine: Optional[str] = None):
         unknown = set(tags) - set(TAGS)
         if unknown:
             raise ValueError(f"unknown field tag(s) {sorted(unknown)}; valid: {', '.join(TAGS)}")
         object.__setattr__(self, "tags", frozenset(tags))
         object.__setattr__(self, "title", title)
         object.__setattr__(self, "agreed_as", agreed_as)
+        object.__setattr__(self, "engine", engine)
 
 
 class Finding(Frozen):
@@ -101,9 +104,9 @@ class RuntimeThresholds(Frozen):
     mha_one_shot: Annotated[bool, _OUT] = Field(description="whether dense MHA one-shot prefill exists on this device")
 
 
-def _out(title: str, *more: Tag) -> Tags:
+def _out(title: str, *more: Tag, engine: Optional[str] = None) -> Tags:
     """An output every rank shares and the table shows; `more` adds `recorded`."""
-    return Tags("output", "agreed", "shown", *more, title=title)
+    return Tags("output", "agreed", "shown", *more, title=title, engine=engine)
 
 
 _AGREED = Tags("agreed")
@@ -111,6 +114,9 @@ _AGREED = Tags("agreed")
 
 class Decision(Frozen):
     applies: Annotated[bool, _AGREED]
+    # full: the engine runs its DSA start-up code; family_only: only the model-family overrides (attention
+    # backend, page size), the KV dtype, backends and threshold stay as given; none: not DSA there.
+    dsa_scope: Annotated[Literal["full", "family_only", "none"], _AGREED] = "full"
     engine: Annotated[str, _AGREED] = Field(default="sglang", description="the engine the decision is for: sglang or vllm")
     policy: str
     policy_digest: str = Field(description="sha256 of the bundle's rule files, first 16 hex digits")
@@ -129,8 +135,8 @@ class Decision(Frozen):
     kv_cache_layout: Annotated[Optional[str], _out("KV cache layout", "recorded")] = None
     # vLLM: the KV dtype its backend selector sees (the flag after the model hook), before the
     # post-selection rewrite that gives kv_cache_dtype (fp8 -> fp8_ds_mla on FLASHMLA_SPARSE).
-    requested_kv_cache_dtype: Annotated[Optional[str], _out("KV dtype at selection")] = None
-    indexer_cache_dtype: Annotated[Optional[str], _out("indexer cache dtype")] = None
+    requested_kv_cache_dtype: Annotated[Optional[str], _out("KV dtype at selection", engine="vllm")] = None
+    indexer_cache_dtype: Annotated[Optional[str], _out("indexer cache dtype", engine="vllm")] = None
     heads_per_rank: Annotated[Optional[int], _AGREED] = None
     padded_heads: Annotated[dict[str, int], _AGREED] = Field(
         default_factory=dict, description="phase → q heads after kernel padding")
@@ -180,6 +186,17 @@ def field_title(name: str) -> str:
 # Outputs the rules set: the Decision's own, then the planner constants it carries in `runtime`.
 DECISION_OUTPUTS = tagged("output")
 OUTPUT_FIELDS = DECISION_OUTPUTS + tagged("output", RuntimeThresholds)
+
+
+# What an engine leaves as given when it applies only the model-family overrides.
+LEFT_AS_GIVEN = ("kv_cache_dtype", "prefill_backend", "decode_backend", "dense_attn_kv_len_threshold", "kv_cache_layout")
+
+
+def outputs_for(engine: str, dsa_scope: str = "full") -> tuple[str, ...]:
+    """The Decision outputs an engine's decisions set (vLLM-only fields are not sglang's; a family-only
+    scope leaves the KV dtype, backends, threshold and layout as given)."""
+    return tuple(f for f in DECISION_OUTPUTS if FIELD_TAGS[f].engine in (None, engine)
+                 and not (dsa_scope == "family_only" and f in LEFT_AS_GIVEN))
 # What ranks compare, under the agreement view's names (errors → error_codes).
 AGREED_FIELDS = tuple(FIELD_TAGS[f].agreed_as or f for f in tagged("agreed"))
 RECORDED_FIELDS = tagged("recorded")

@@ -85,7 +85,6 @@ class _Evaluation:
 def _seed_user_values(ev: _Evaluation, engine: str) -> None:
     """Explicit user values are outputs from the start; fill rules then never touch them."""
     ns, prov = ev.ns, ev.prov
-    kv = ns["config.kv_cache_dtype"]
     if engine == "vllm":
         # vLLM: a forced --attention-backend and a --block-size are outputs as given. The KV dtype is
         # not: the bundle's model-hook rules read the flag, and vLLM rewrites it after selection.
@@ -96,6 +95,7 @@ def _seed_user_values(ev: _Evaluation, engine: str) -> None:
                 ns[f"prov.{out}"] = "user"
                 prov[out] = _provenance("user", flag, None)
         return
+    kv = ns["config.kv_cache_dtype"]
     seeds = {
         "kv_cache_dtype": kv if kv in KV_DTYPES else None,
         "prefill_backend": ns["config.nsa_prefill_backend"],
@@ -254,7 +254,8 @@ def _assemble(ev: _Evaluation, bundle: CompiledBundle, facts: Facts, applies: bo
             prov[out] = _provenance(source, "", None)
     outputs = {f: get(key) for f, key in _OUTPUT_KEYS}
     return Decision.model_construct(
-        applies=applies, engine=facts.config.engine, policy=bundle.name, policy_digest=bundle.digest,
+        applies=applies, dsa_scope=ns["policy.dsa_scope"], engine=facts.config.engine, policy=bundle.name,
+        policy_digest=bundle.digest,
         device=device_label or facts.device.name, device_class=facts.device.device_class,
         model=facts.model.model_id, model_family=facts.model.family, architecture=facts.model.architecture,
         **outputs, heads_per_rank=facts.derived.heads_per_rank, padded_heads=FrozenDict(padded),
@@ -280,6 +281,9 @@ def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: b
     stages = _DSA_STAGES if applies else ("not_dsa",)
     if scope == "family_only":  # the engine leaves the KV dtype, the backends and the threshold as given
         stages = tuple(s for s in stages if s not in _DEFAULTING_STAGES)
+        if ns["prov.dense_attn_kv_len_threshold"] == "env":  # not decided: the kernel reads its variable itself
+            ns["out.dense_attn_kv_len_threshold"] = ns["prov.dense_attn_kv_len_threshold"] = None
+            ev.prov.pop("dense_attn_kv_len_threshold", None)
     for stage in stages:
         _run_stage(ev, plan.get(stage, ()))
         if stage == "input" and ev.findings["error"]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from nsa_policy.catalog.store import Catalog
 from nsa_policy.engine.decision import OUTPUT_FIELDS
@@ -305,7 +305,7 @@ def _get_bool_env_var(value: Optional[str]) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
 
-def _env_switches(e: Environment) -> dict[str, Optional[bool]]:
+def _env_switches(e: Environment) -> dict[str, Optional[Union[bool, int]]]:
     """The ROCm preshuffle switches, parsed as sglang's readers parse them. dsa_hip_disable_preshuffle is
     None when the variable is unset (0.5.13-0.5.20 then fall back to the NSA name; 0.5.21+ do not)."""
     v = e.variables

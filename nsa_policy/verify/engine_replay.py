@@ -12,11 +12,11 @@ not have, or a value outside X's choices, is refused as argparse refuses it; the
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 # oracle device class → catalog device
 DEVICES = {"sm80": "a100", "sm90": "h200", "sm100": "b200", "sm103": "b300", "sm120": "rtx-pro-6000",
-           "sm121": "gb10", "gfx942": "mi300x", "gfx950": "mi355x"}
+           "sm121": "gb10", "gfx942": "mi300x", "gfx950": "mi355x", "xpu": "max-1550"}
 # what nsa-policy reads of the oracle's base configs (policy_oracle.BASES)
 MODEL_FACTS: dict[str, dict[str, Any]] = {
     "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "num_attention_heads": 128},
@@ -80,7 +80,19 @@ def outside(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
     return bool(mine.get("applies") is False and mine["ok"] and not theirs["ok"] and msg.startswith(OUTSIDE_DSA))
 
 
-def agree(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
+def as_given(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    """What sglang reports for an output it leaves alone: the KV dtype as the argv gives it, the threshold
+    variable the release reads as the environment gives it."""
+    from nsa_policy.catalog.args import load_args
+
+    argv = list(item["argv"])
+    kv = argv[argv.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in argv else "auto"
+    var = load_args().env_var_read("dense_attn_kv_len_threshold", release)
+    raw = (item.get("env") or {}).get(var) if var else None
+    return {"kv_cache_dtype": kv, "threshold": int(raw) if raw is not None else None}
+
+
+def agree(mine: Mapping[str, Any], theirs: Mapping[str, Any], given: Optional[Mapping[str, Any]] = None) -> bool:
     """Same refusal; where both accept a model the release runs as DSA, the same DSA outputs. Where the
     release does not run its DSA start-up code for the architecture (nsa-policy: the decision does not
     apply), sglang's attention backend must not be its DSA one; its other values are its dense-model
@@ -91,5 +103,9 @@ def agree(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
         return True
     if mine.get("applies") is False:
         return theirs["attention_backend"] not in ("nsa", "dsa")
-    return all((_KV_SAME.get(theirs[f], theirs[f]) if f == "kv_cache_dtype" else theirs[f]) == mine[f]
-               for f in FIELDS)
+    for f in FIELDS:
+        if mine[f] is None and given is not None and f in given and theirs[f] == given[f]:
+            continue  # not decided by either: sglang leaves the value as given
+        if (_KV_SAME.get(theirs[f], theirs[f]) if f == "kv_cache_dtype" else theirs[f]) != mine[f]:
+            return False
+    return True

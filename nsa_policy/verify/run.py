@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, cast
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
 from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.engine.conditions import Namespace, conjuncts
-from nsa_policy.engine.decision import DECISION_OUTPUTS, RECORDED_FIELDS
+from nsa_policy.engine.decision import DECISION_OUTPUTS, RECORDED_FIELDS, outputs_for
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.namespace import KV_ALIASES, outputs_read
 from nsa_policy.verify.invariants import check_invariants  # imported here, not in forked workers
@@ -370,7 +370,8 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
                     run.order_reads.setdefault((rules[i].id, out), Agg()).add(
                         key, (seen, final, rules[setter].id if setter is not None else None))
         if rec[0] == "accepted":
-            missing = tuple(f for f in ESSENTIAL if getattr(decision, f) is None)
+            decided = outputs_for(decision.engine, decision.dsa_scope)
+            missing = tuple(f for f in ESSENTIAL if getattr(decision, f) is None and f in decided)
             if missing:
                 run.undecided.setdefault(missing, Agg()).add(key)
         if invariants and rec[0] != "n/a":

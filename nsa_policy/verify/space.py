@@ -23,6 +23,7 @@ picks the minimal example of a finding: fewest settings first, then the lowest i
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -53,6 +54,11 @@ class Value:
     arch: Optional[tuple[str, Optional[int], Optional[int]]] = None  # (architecture, index_topk, heads)
     model_extra: tuple[tuple[str, Any], ...] = ()  # more config.json keys with `arch` (learnable_sink, index_kpool, …)
     covers: tuple[str, ...] = ()  # device classes this representative stands for (itself first)
+    spellings: tuple[str, ...] = ()  # sglang flags the configuration was given with (release bundles judge them)
+
+
+    def _replace_spellings(self, spellings: tuple[str, ...]) -> Value:
+        return dataclasses.replace(self, spellings=spellings)
 
 
 @dataclass(frozen=True)
@@ -348,6 +354,9 @@ def _thresholds(topk: int) -> tuple[Value, ...]:
         Value(label="131072 (env)", env=((env_var, "131072"),)),
         # the DSA name alone: sglang up to 0.5.12 does not read it, 0.5.13+ read only it (SGLANG-RELEASES.md §3.3)
         Value(label="131072 (DSA env)", env=((THRESHOLD_ENV_VARS[1], "131072"),)),
+        # both names, different values: each release reads its own; default refuses the ambiguity (NSA004)
+        Value(label=f"{topk * 2} (NSA env) + {topk // 2} (DSA env)",
+              env=((env_var, str(topk * 2)), (THRESHOLD_ENV_VARS[1], str(topk // 2)))),
     )
 
 
@@ -365,6 +374,12 @@ EXTRAS = (
     # ... disabled under the NSA name, which 0.5.12-0.5.20 read and 0.5.21 no longer does (SGLANG-RELEASES.md §2.12)
     Value(label="SGLANG_NSA_HIP_DISABLE_PRESHUFFLE=1 (SGLANG_USE_AITER=1, triton 3.6.0)",
           env=(("SGLANG_USE_AITER", "1"), ("SGLANG_NSA_HIP_DISABLE_PRESHUFFLE", "1")), packages=(("triton", "3.6.0"),)),
+    # flag spellings the releases judge: deprecated from 0.5.13, refused from 0.5.20; added in 0.5.22
+    Value(label="spelt --nsa-prefill-backend", spellings=("--nsa-prefill-backend",)),
+    _cfg("spelt --attn-dp-size 8 (tp8)", tp_size=8, dp_size=8,
+         enable_dp_attention=True)._replace_spellings(("--attn-dp-size",)),
+    _cfg("spelt --enable-dp-attention (tp8 dp8)", tp_size=8, dp_size=8,
+         enable_dp_attention=True)._replace_spellings(("--enable-dp-attention",)),
 )
 
 
@@ -380,6 +395,8 @@ def _model_variants(topk: int) -> tuple[Value, ...]:
         Value(label="DeepseekV3ForCausalLM (index_topk_freq 2)", arch=("DeepseekV3ForCausalLM", topk, None),
               model_extra=(("index_topk_freq", 2),)),
         Value(label="DeepseekV3ForCausalLMNextN", arch=("DeepseekV3ForCausalLMNextN", topk, None)),
+        # the family overrides only, from sglang 0.5.16 (bundle.yaml family_only_architectures)
+        Value(label="LongcatFlashForCausalLMNextN", arch=("LongcatFlashForCausalLMNextN", topk, None)),
     )
 
 
@@ -432,7 +449,8 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
                                       counts_for_size=False),
                           Dim("kv_cache_dtype", (kv4.values[0], kv4.values[3])),
                           side("prefill", [None, names[0]]), Dim("hisparse", HISPARSE[:3:2]),
-                          Dim("threshold", (_cfg("unset"), _thresholds(topk)[0])))),
+                          Dim("threshold", (_cfg("unset"), _thresholds(topk)[0])),
+                          Dim("serving", (SERVING_VARIANTS[0], SERVING_VARIANTS[4])))),
     )
     return Space(blocks, description="device classes × one catalog model per DSA family × KV dtypes × "
                                      "backend choices × shapes × HiSparse × thresholds × extras")
@@ -491,5 +509,6 @@ class FactsBuilder:
         derived = self._derived.get(dkey)
         if derived is None:
             derived = self._derived[dkey] = derive(mdl, cfg)
+        spellings = tuple(s for v in point.values for s in v.spellings)
         return Facts.model_construct(device=self.catalog.device(device), model=mdl, config=cfg, env=environment,
-                                     derived=derived)
+                                     derived=derived, spellings=spellings)
