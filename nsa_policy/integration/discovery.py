@@ -1,4 +1,5 @@
-"""`--device auto`: the GPU this process will run on, read through NVML (nvidia-ml-py); torch only as a fallback.
+"""`--device auto`: the GPU this process will run on, read through NVML (nvidia-ml-py); torch only as a fallback
+(torch.cuda, which covers ROCm, then torch.xpu for Intel GPUs, which have no NVML and no CUDA capability).
 
 Which GPU: the rank's. An explicit index (`--device auto:3`, `device_index=3`) wins; else LOCAL_RANK (set by
 torchrun and most launchers); else 0. The index counts CUDA's *visible* devices, so it is mapped through
@@ -346,7 +347,7 @@ def read_torch(index: int = 0) -> Optional[dict[str, Any]]:
     import torch  # noqa: PLC0415 - deliberate lazy import, fallback only
 
     if not torch.cuda.is_available():
-        return None
+        return _read_torch_xpu(torch, index)
     count = torch.cuda.device_count()
     if index >= count:
         raise InputError("device index", index, hint=f"torch sees {count} CUDA device(s): valid 0..{count - 1}")
@@ -358,7 +359,39 @@ def read_torch(index: int = 0) -> Optional[dict[str, Any]]:
             "cuda_index": index, "device_count": count}
 
 
+def _read_torch_xpu(torch: Any, index: int) -> Optional[dict[str, Any]]:
+    """An Intel GPU through torch.xpu (no NVML, no CUDA capability); None when torch has no XPU."""
+    xpu = getattr(torch, "xpu", None)
+    if xpu is None or not xpu.is_available():
+        return None
+    count = xpu.device_count()
+    if index >= count:
+        raise InputError("device index", index, hint=f"torch sees {count} XPU device(s): valid 0..{count - 1}")
+    props = xpu.get_device_properties(index)
+    return {"name": props.name, "xpu": True, "memory_total_bytes": int(props.total_memory),
+            "sm_count": getattr(props, "gpu_subslice_count", None), "source": "torch", "xpu_index": index,
+            "device_count": count}
+
+
+def _facts_from_torch_xpu(reading: dict[str, Any], catalog: Catalog) -> DeviceFacts:
+    """An Intel GPU: the catalog entry whose product torch.xpu reports, else the one Intel class."""
+    name = reading["name"]
+    entry = next((n for n, e in catalog.device_doc.devices.items()
+                  if e.product == name and catalog.device_doc.classes[e.device_class].vendor == "intel"), None)
+    classes = [c for c, spec in catalog.device_doc.classes.items() if spec.vendor == "intel"]
+    cls = catalog.device(entry).device_class if entry else (classes[0] if len(classes) == 1 else None)
+    if cls is None:
+        raise DeviceDiscoveryError(f"torch (XPU) reports {name!r}, which nsa-policy cannot place in one Intel "
+                                   f"device class; pass --device with one of: {_choices(catalog)}")
+    mem = reading.get("memory_total_bytes")
+    return DeviceFacts(name=entry or name, device_class=cls, vendor="intel", compute_capability=None,
+                       product_name=name, memory_gb=round(mem / 1e9, 1) if mem else None,
+                       sm_count=reading.get("sm_count"), source="torch")
+
+
 def _facts_from_torch(reading: dict[str, Any], catalog: Catalog) -> DeviceFacts:
+    if reading.get("xpu"):
+        return _facts_from_torch_xpu(reading, catalog)
     if reading.get("hip"):
         arch = (reading.get("gcn_arch") or "").split(":")[0]
         cls = catalog.vendor_class(arch, "amd")  # ROCm classes are named by their gfx arch

@@ -31,7 +31,7 @@ def _value_domains(catalog: Catalog) -> dict[str, tuple[list[str], str]]:
     return {
         "device.class": (list(catalog.device_doc.classes), "device class"),
         "device.name": (catalog.device_choices, "catalog device"),
-        "device.vendor": (["nvidia", "amd", "cpu"], "vendor"),
+        "device.vendor": (list(dict.fromkeys(c.vendor for c in catalog.device_doc.classes.values())), "vendor"),
         "model.family": (list(catalog.model_doc.families), "model family"),
         "model.id": (catalog.model_ids, "catalog model"),
         "config.kv_cache_dtype": (kv, "KV dtype"),
