@@ -44,10 +44,8 @@ questionable outcomes are warnings with an NSA3xx code (`nsa-policy rule NSA3xx`
 How far each bundle agrees with its release's own start-up code is recorded in
 `benchmarks/results/sglang-releases.md`.
 
-Not reproduced (yet), so not in the counts below:
+Not reproduced (yet):
 
-- Intel XPU (0.5.12+: skipped; 0.5.20+: KV bf16, intel_xpu on both sides, page 128): the device
-  catalog has no XPU class.
 - Flag spellings, partly: the 0.5.20+ bundles refuse (NSA319) each spelling the release's parser does
   not have (`--nsa-*-backend`, the pre-0.5.14 prefill CP flags, flags added later) and the 0.5.13+
   bundles repeat sglang's deprecation warnings (NSA320), when the input says how it was spelt
