@@ -162,6 +162,25 @@ class Point:
         out.update({f"package:{k}": v for k, v in packages.items()})
         return out
 
+    def spelt_flags(self) -> dict[str, str]:
+        """config field → the flag this input was spelt with (its values' `spellings`), so a command
+        reproduces what the release bundles judge of spellings; "" = carried by another spelt flag."""
+        from nsa_policy.catalog.args import load_args
+
+        reg = load_args()
+        out: dict[str, str] = {}
+        for v in self.values:
+            for flag in v.spellings:
+                hit = reg.lookup(flag)
+                if hit is None:
+                    continue
+                arg = hit[0]
+                if arg.field is not None:
+                    out[arg.field] = flag
+                elif arg.name == "attn_dp_size":  # read as dp_size=N with DP attention (sglang-args.yaml)
+                    out.update(dp_size=flag, enable_dp_attention="")
+        return out
+
     def command(self, policy: Optional[str] = None, flags: Optional[dict[str, str]] = None) -> str:
         """The `nsa-policy resolve` command line that reproduces this input; `flags` maps a config
         field to the spelling to use (e.g. one sglang release's own), else `--field-name`."""
@@ -182,8 +201,12 @@ class Point:
                 words += ["--num-attention-heads", str(model["num_attention_heads"])]
         else:
             words += ["--model", model]
+        spelt = self.spelt_flags()
         for key, value in config.items():
-            flag = (flags or {}).get(key) or "--" + key.replace("_", "-")
+            flag = spelt.get(key)
+            if flag == "":
+                continue  # folded into another spelt flag (--attn-dp-size N = --dp-size N --enable-dp-attention)
+            flag = flag or (flags or {}).get(key) or "--" + key.replace("_", "-")
             if value is True:
                 words.append(flag)
             else:
@@ -364,6 +387,8 @@ EXTRAS = (
     _cfg("page_size 1", page_size=1),
     _cfg("page_size 64", page_size=64),
     _cfg("page_size 16", page_size=16),
+    # a page size of 64 or more that is not the model's 64 x index_kpool (default: page-size.cuda-conflict-index-kpool)
+    _cfg("page_size 128", page_size=128),
     _cfg("modelopt_fp4 (tp8 dp8 dp-attention)", quantization="modelopt_fp4", tp_size=8, dp_size=8,
          enable_dp_attention=True),
     Value(label="flashinfer-python 0.6.7", packages=(("flashinfer-python", "0.6.7"),)),
