@@ -7,6 +7,7 @@ folders whose files it opened with the chain read from the bundle.yaml files her
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import nsa_policy
 from nsa_policy.catalog.paths import policy_dir
 from nsa_policy.engine.bundle import release_bundle
 
@@ -49,9 +51,12 @@ def chain(bundle: str) -> set[str]:
 
 def folders_read(tmp_path: Path, *args: str) -> set[str]:
     log = tmp_path / "opened.json"
-    # cwd: a bare folder, so the child imports the same installed package as this test
+    # the child imports the package this test imported (a checkout's or an installed one), so both
+    # see the same rules folder; cwd is a bare folder, so nothing else there shadows it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(nsa_policy.__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", CHILD, str(log), "resolve", *args, "--json"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     assert json.loads(proc.stdout)["policy"]  # it did resolve
     root = policy_dir().resolve()
