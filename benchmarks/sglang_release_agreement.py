@@ -207,17 +207,23 @@ def run_oracle(release: str, items: list[dict[str, Any]], jobs: int) -> dict[int
     e = envs[release]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "SGL_", "PYTHON"))}
     env.update(PYTHONPATH=":".join(e["pythonpath"]), PYTHONNOUSERSITE="1")
-    # shard by device so each process enters few emulated devices
+    # --jobs processes, each with whole device groups (the oracle enters each emulated device once and
+    # restores its environment before every input, so inputs do not leak into each other)
     shards: list[list[dict[str, Any]]] = [[] for _ in range(jobs)]
     keys = sorted({(i["device"], i["preshuffle"]) for i in items})
     owner = {k: j % jobs for j, k in enumerate(keys)}
     for i in items:
         shards[owner[(i["device"], i["preshuffle"])]].append(i)
+    gate = threading.Semaphore(jobs)
     progress = Progress(f"sglang {release} oracle", len(items))
     answers: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
 
     def work(shard: list[dict[str, Any]]) -> None:
+        with gate:
+            run_shard(shard)
+
+    def run_shard(shard: list[dict[str, Any]]) -> None:
         proc = subprocess.Popen([e["python"], str(ORACLE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)
         feeder = threading.Thread(target=lambda: (proc.stdin.write("".join(json.dumps(i) + "\n" for i in shard)),
@@ -246,24 +252,63 @@ def run_oracle(release: str, items: list[dict[str, Any]], jobs: int) -> dict[int
     return answers
 
 
-def cached_oracle(release: str, grid: str, items: list[dict[str, Any]], jobs: int,
-                  cache: str) -> tuple[dict[int, dict[str, Any]], float]:
-    """The oracle's answers, from --cache when it holds this exact grid (the release's answers do not
-    depend on nsa-policy, so bundle fixes are re-checked without re-running sglang)."""
+def _key(item: dict[str, Any]) -> str:
+    """An input's identity for the cache: everything the oracle reads (not its id or profile label)."""
     import hashlib
 
-    digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
-    path = Path(cache) / f"{release}-{grid}-{digest}.json" if cache else None
-    if path is not None and path.exists():
-        data = json.loads(path.read_text())
-        return {int(k): v for k, v in data["answers"].items()}, data["oracle_s"]
-    t0 = time.time()
-    answers = run_oracle(release, items, jobs)
-    t_oracle = round(time.time() - t0, 1)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"oracle_s": t_oracle, "jobs": jobs, "answers": answers}))
-    return answers, t_oracle
+    body = {k: v for k, v in item.items() if k not in ("id", "profile")}
+    return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _legacy_items(release: str, grid: str, digest: str) -> Optional[list[dict[str, Any]]]:
+    """The inputs behind a whole-grid cache file of an earlier grid version (the full grid before xpu)."""
+    import hashlib
+
+    global DEVICE_VARIANTS
+    saved = DEVICE_VARIANTS
+    try:
+        for variants in (saved, [v for v in saved if v[0] != "xpu"]):
+            DEVICE_VARIANTS = variants
+            items = list(GRIDS[grid](release))
+            if hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16] == digest:
+                return items
+    finally:
+        DEVICE_VARIANTS = saved
+    return None
+
+
+def cached_oracle(release: str, grid: str, items: list[dict[str, Any]], jobs: int,
+                  cache: str) -> tuple[dict[int, dict[str, Any]], float]:
+    """The oracle's answers, per input from --cache where it already answered that exact input (a
+    release's answers do not depend on nsa-policy, so bundle fixes are re-checked without re-running
+    sglang, and a grown grid runs only its new inputs). The time returned is the oracle's own time
+    summed over the inputs (its per-input ms), wherever they were run."""
+    known: dict[str, dict[str, Any]] = {}
+    root = Path(cache) if cache else None
+    store = root / f"{release}-answers.jsonl" if root else None
+    if root is not None and root.is_dir():
+        for old in root.glob(f"{release}-{grid}-*.json"):  # whole-grid files of earlier runs
+            data = json.loads(old.read_text())
+            legacy = _legacy_items(release, grid, old.stem.rsplit("-", 1)[1])
+            if legacy is not None:
+                known.update({_key(it): data["answers"][str(it["id"])] for it in legacy})
+        if store is not None and store.exists():
+            for line in store.read_text().splitlines():
+                rec = json.loads(line)
+                known[rec["key"]] = rec["answer"]
+    missing = [it for it in items if _key(it) not in known]
+    if missing:
+        fresh = run_oracle(release, missing, jobs)
+        lines = []
+        for it in missing:
+            known[_key(it)] = fresh[it["id"]]
+            lines.append(json.dumps({"key": _key(it), "answer": fresh[it["id"]]}))
+        if store is not None:
+            store.parent.mkdir(parents=True, exist_ok=True)
+            with store.open("a") as f:
+                f.write("\n".join(lines) + "\n")
+    answers = {it["id"]: {**known[_key(it)], "id": it["id"]} for it in items}
+    return answers, round(sum(a.get("ms", 0.0) for a in answers.values()) / 1000, 1)
 
 
 # recording ----------------------------------------------------------------------------------------

@@ -247,8 +247,11 @@ def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
     read = _reader()
 
     out: dict = {"id": item.get("id")}
-    for k in INPUT_ENV:
-        os.environ.pop(k, None)
+    # Every input starts from the process's environment as it was before the first one: sglang writes
+    # variables while resolving (the threshold, SGLANG_USE_CUDA_IPC_TRANSPORT in 0.5.16-0.5.18, …), and
+    # one input's writes must not become the next one's inputs.
+    os.environ.clear()
+    os.environ.update(BASE_ENV)
     os.environ.update({k: str(v) for k, v in (item.get("env") or {}).items()})
     t0 = time.perf_counter()
     stage = "parse"
@@ -281,9 +284,13 @@ def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
     return out
 
 
+BASE_ENV: dict[str, str] = {}
+
+
 def main() -> None:
     quiet_imports()
     parser = build_parser()
+    BASE_ENV.update({k: v for k, v in os.environ.items() if k not in INPUT_ENV})
     configs = ConfigDirs()
     rel = release()
     items = [json.loads(line) for line in sys.stdin if line.strip()]
