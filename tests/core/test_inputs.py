@@ -70,9 +70,15 @@ def test_bad_threshold_env_var(value: str) -> None:
 
 
 def test_conflicting_threshold_env_vars() -> None:
-    with pytest.raises(InputError, match="conflicts"):
-        resolve({}, device="h200", model=DS, env={"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "1",
-                                                   "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "2"})
+    """default refuses the ambiguity with a finding (NSA004, listing both values); each release bundle reads
+    the name its release reads (up to 0.5.12 the NSA one, from 0.5.13 the DSA one)."""
+    env = {"SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "1", "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "2"}
+    d = resolve({}, device="h200", model=DS, env=env, raise_on_error=False)
+    assert [e.code for e in d.errors] == ["NSA004"]
+    assert d.errors[0].alternatives == ("dense_attn_kv_len_threshold 1", "dense_attn_kv_len_threshold 2")
+    old = resolve({}, device="h200", model=DS, env=env, policy="sglang-0.5.12")
+    new = resolve({}, device="h200", model=DS, env=env, policy="sglang-0.5.23")
+    assert (old.dense_attn_kv_len_threshold, new.dense_attn_kv_len_threshold) == (1, 2)
 
 
 def test_unknown_policy() -> None:
