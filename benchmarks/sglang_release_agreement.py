@@ -39,6 +39,7 @@ TABLE_DOC = REPO / "benchmarks" / "results" / "sglang-releases.md"
 ORACLE = REPO / "scripts" / "sglang_oracle" / "policy_oracle.py"
 
 sys.path.insert(0, str(REPO))
+from nsa_policy.progress import Progress  # noqa: E402  (a line on stderr, on a terminal only)
 from nsa_policy.verify.engine_replay import DEVICES  # noqa: E402  (oracle device class -> catalog device)
 
 DEVICE_VARIANTS = [(d, p) for d in DEVICES for p in ((False, True) if d.startswith("gfx") else (False,))]
@@ -180,26 +181,6 @@ from nsa_policy.verify.engine_replay import answer as ours  # noqa: E402
 
 
 # the oracle ---------------------------------------------------------------------------------------
-class Progress:
-    """A one-line counter on stderr when it is a terminal; silent when piped."""
-
-    def __init__(self, label: str, total: int):
-        self.label, self.total, self.done = label, total, 0
-        self.tty = sys.stderr.isatty()
-        self.lock = threading.Lock()
-        self.t0 = time.time()
-
-    def step(self, k: int = 1) -> None:
-        with self.lock:
-            self.done += k
-            if self.tty and (self.done % 200 == 0 or self.done == self.total):
-                rate = self.done / max(time.time() - self.t0, 1e-9)
-                sys.stderr.write(f"\r{self.label}: {self.done}/{self.total} ({rate:.0f}/s)   ")
-                if self.done == self.total:
-                    sys.stderr.write("\n")
-                sys.stderr.flush()
-
-
 def run_oracle(release: str, items: list[dict[str, Any]], jobs: int) -> dict[int, dict[str, Any]]:
     envs = json.loads((Path(os.environ.get("NSA_POLICY_SGLANG_ENVS", "/work/sgenv")) / "envs.json").read_text())
     if release not in envs:
@@ -235,7 +216,7 @@ def run_oracle(release: str, items: list[dict[str, Any]], jobs: int) -> dict[int
         for line in proc.stdout:
             r = json.loads(line)
             answers[r["id"]] = r
-            progress.step()
+            progress.advance()
         proc.wait()
         feeder.join()
         drain.join()
@@ -247,6 +228,7 @@ def run_oracle(release: str, items: list[dict[str, Any]], jobs: int) -> dict[int
         t.start()
     for t in threads:
         t.join()
+    progress.close()
     if errors or len(answers) != len(items):
         sys.exit(f"oracle answered {len(answers)} of {len(items)}: {' | '.join(errors)}")
     return answers
@@ -386,7 +368,8 @@ def main() -> None:
             n_outside += 1
         else:
             bad.append({"input": item, "sglang": theirs, "ours": mine})
-        progress.step()
+        progress.advance()
+    progress.close()
     t_ours = time.time() - t1
     entry = {"release": a.release, "bundle": release_bundle(f"sglang-{a.release}"), "grid": grid,
              "inputs": len(items), "agree": n_agree, "outside_dsa": n_outside,
