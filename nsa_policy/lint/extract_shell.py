@@ -7,7 +7,7 @@ from typing import Optional
 
 from nsa_policy.lint.cliargs import parse_cli
 from nsa_policy.lint.report import EnvValue, FileScan, Launch
-from nsa_policy.lint.shell import Expander, Word, assignment, launch_start, mentions_launch, split_commands
+from nsa_policy.lint.shell import Expander, Word, assignment, launch_start, mentions_launch, split_commands, vllm_launch_start
 from nsa_policy.lint.text import LineIndex
 
 _DECLARE = ("export", "declare", "typeset", "readonly", "local")
@@ -71,6 +71,14 @@ def launches_in_shell(chunk: str, base: int, index: LineIndex, path: str, state:
                             args=parse_cli((w.text, loc(w), w.unresolved) for w in words[start:]),
                             env={**state.env, **prefix})
             found.append(launch)
+            return
+        vstart = vllm_launch_start([w.text for w in words])
+        if vstart is not None:
+            from nsa_policy.lint.vllm import parse_vllm_cli
+
+            found.append(Launch(path=path, loc=loc(words[k]), kind=kind, engine="vllm",
+                                args=parse_vllm_cli([(w.text, loc(w), w.unresolved) for w in words[vstart:]]),
+                                env={**state.env, **prefix}))
             return
         for j, w in enumerate(words):  # sh -c "python -m sglang.launch_server …"
             if w.quoted and j > 0 and words[j - 1].text == "-c" and mentions_launch(w.text):

@@ -18,7 +18,7 @@ from nsa_policy.lint.envfile import read_env_file
 from nsa_policy.lint.extract_shell import ShellState, launches_in_shell
 from nsa_policy.lint.flags import load_flags
 from nsa_policy.lint.report import Arg, EnvValue, Hint, Launch, Location
-from nsa_policy.lint.shell import Expander, mentions_launch
+from nsa_policy.lint.shell import Expander, mentions_launch, vllm_launch_start
 from nsa_policy.lint.text import HINT_KEYS, LineIndex
 from nsa_policy.lint.tree import N, scalar_source
 
@@ -204,6 +204,12 @@ class Structured:
         if start is not None:
             first = tokens[0]  # a launch start was found among them
             return [Launch(self.path, first[1], self._kind(node), args=parse_cli(tokens[start:]), env=env)]
+        vstart = vllm_launch_start(texts)
+        if vstart is not None:
+            from nsa_policy.lint.vllm import parse_vllm_cli
+
+            return [Launch(self.path, tokens[0][1], self._kind(node), args=parse_vllm_cli(tokens[vstart:]), env=env,
+                           engine="vllm")]
         launches: list[Launch] = []  # sh -c "… sglang.launch_server …"
         for part in parts:
             if part is None:
@@ -293,8 +299,8 @@ class Structured:
 
 def _mentions(node: N) -> bool:
     if node.kind == "scalar":
-        return isinstance(node.value, str) and (mentions_launch(node.value) or node.value == "sglang"
-                                                or node.value.endswith("/sglang"))
+        return isinstance(node.value, str) and (mentions_launch(node.value) or node.value in ("sglang", "vllm")
+                                                or node.value.endswith(("/sglang", "/vllm")))
     return any(_mentions(i) for i in node.items)
 
 

@@ -89,6 +89,10 @@ class Checker:
 
     # --------------------------------------------------------------------------------------
     def check(self, launch: Launch) -> list[Diagnostic]:
+        if launch.engine == "vllm":
+            from nsa_policy.lint.vllm import check_vllm
+
+            return check_vllm(self, launch)
         out: list[Diagnostic] = []
         policy = self._policy(launch, out)
         target = self._target(launch, out)

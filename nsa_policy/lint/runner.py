@@ -21,7 +21,7 @@ from nsa_policy.safe_io import UnsafeInput, read_bytes
 
 # Structured files that mention none of these cannot hold an sglang launch or DSA setting; they are
 # counted as scanned but not parsed (lint is not a YAML/JSON/TOML validator).
-_MARKERS = ("sglang", "nsa", "dsa", "kv-cache", "kv_cache", "model-path", "model_path")
+_MARKERS = ("sglang", "vllm", "nsa", "dsa", "kv-cache", "kv_cache", "model-path", "model_path")
 
 
 @dataclass

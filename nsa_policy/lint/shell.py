@@ -247,5 +247,17 @@ def launch_start(words: list[Word]) -> Optional[int]:
     return None
 
 
+def vllm_launch_start(texts: list[str]) -> Optional[int]:
+    """Index of the first argument of a vLLM server launch (`vllm serve …`,
+    `python -m vllm.entrypoints.openai.api_server …`) in a command's words, or None."""
+    for k, t in enumerate(texts):
+        if (t == "vllm" or t.endswith("/vllm")) and k + 1 < len(texts) and texts[k + 1] == "serve":
+            return k + 2
+        if t == "vllm.entrypoints.openai.api_server" and k > 0 and texts[k - 1] == "-m":
+            return k + 1
+    return None
+
+
 def mentions_launch(text: str) -> bool:
-    return "sglang.launch_server" in text or "launch_server.py" in text or "sglang serve" in text
+    return ("sglang.launch_server" in text or "launch_server.py" in text or "sglang serve" in text
+            or "vllm serve" in text or "vllm.entrypoints.openai.api_server" in text)

@@ -1,0 +1,163 @@
+"""lint for `vllm serve …` launches: vLLM's flags read through vLLM's argument registry
+(rules/catalog/vllm-args.yaml), the launch resolved with the vLLM bundles (vllm-default for `default`,
+vllm-0.33 when asked), each finding placed at the flag it is about; removed environment variables
+(VLLM_ATTENTION_BACKEND) reported where they are set."""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from nsa_policy.api import build_facts, decide
+from nsa_policy.catalog.vllm import load_vllm
+from nsa_policy.errors import InputError
+from nsa_policy.lint.report import Arg, Diagnostic, Launch, Location
+
+if TYPE_CHECKING:
+    from nsa_policy.lint.launch_checks import Checker
+
+Token = tuple[str, Location, Optional[str]]  # text, where, unresolved variable
+# vLLM's attention config: `-ac '{json}'`, `-ac.KEY VALUE`, `--attention-config.KEY=VALUE` (config/attention.py)
+_AC_PREFIXES = ("-ac.", "--attention-config.")
+_AC_WHOLE = ("-ac", "--attention-config")
+_INT_ARGS = ("block_size", "tensor_parallel_size", "decode_context_parallel_size", "prefill_context_parallel_size")
+
+
+def parse_vllm_cli(tokens: Iterable[Token]) -> list[Arg]:
+    """The words after `vllm serve` as arguments. A first positional word is the model (spelt `--model`
+    in the result); `-ac.KEY` keys keep their spelling. Flags outside the registry keep a value when the
+    next word is not a flag."""
+    table = load_vllm().flag_table()
+    toks = list(tokens)
+    args: list[Arg] = []
+    i = 0
+    if toks and not toks[0][0].startswith("-"):
+        args.append(Arg("--model", toks[0][0], toks[0][1], "flag", toks[0][2]))
+        i = 1
+    while i < len(toks):
+        text, loc, unresolved = toks[i]
+        i += 1
+        if not text.startswith("-") or text in ("-", "--"):
+            continue
+        if "=" in text and text.startswith("--"):
+            flag, _, value = text.partition("=")
+            args.append(Arg(flag, value, loc, "flag", unresolved))
+            continue
+        nxt = toks[i] if i < len(toks) else None
+        takes = text in table or text in _AC_WHOLE or text.startswith(_AC_PREFIXES)
+        if nxt is not None and (takes or not nxt[0].startswith("-")):
+            args.append(Arg(text, nxt[0], loc, "flag", nxt[2]))
+            i += 1
+        else:
+            args.append(Arg(text, True, loc, "flag"))
+    return args
+
+
+def _config(launch: Launch, checker: Checker, out: list[Diagnostic]) -> tuple[dict[str, Any], dict[str, Arg], Optional[Arg]]:
+    """(vLLM config by EngineArgs name, the arg behind each ServingConfig field, the model argument)."""
+    vc = load_vllm()
+    table = vc.flag_table()
+    ac_keys = {a.attention_config_key: a for a in vc.args_doc.arguments if a.attention_config_key}
+    config: dict[str, Any] = {}
+    attention: dict[str, Any] = {}
+    by_field: dict[str, Arg] = {}
+    model: Optional[Arg] = None
+    for arg in launch.args:
+        if arg.unresolved is not None:
+            continue  # depends on a variable the file does not set: not evaluated
+        entries: list[tuple[str, Any]] = []  # (argument name, value)
+        if arg.spelling in table:
+            entries.append((table[arg.spelling], arg.value))
+        elif arg.spelling.startswith(_AC_PREFIXES):
+            key = arg.spelling.split(".", 1)[1].replace("-", "_")
+            if key in ac_keys:
+                entries.append((ac_keys[key].name, arg.value))
+        elif arg.spelling in _AC_WHOLE and isinstance(arg.value, str):
+            try:
+                doc = json.loads(arg.value)
+            except ValueError:
+                out.append(checker.diag("NSA406", f"{arg.spelling} {arg.value!r} is not a JSON object", arg.loc))
+                continue
+            if isinstance(doc, dict):
+                entries += [(ac_keys[k].name, v) for k, v in doc.items() if k in ac_keys]
+        for name, value in entries:
+            spec = vc.argument(name)
+            if name == "model":
+                model = arg
+                continue
+            if name in _INT_ARGS:
+                try:
+                    value = int(value)
+                except (TypeError, ValueError):
+                    out.append(checker.diag("NSA406", f"{arg.spelling} {value!r} is not an integer", arg.loc))
+                    continue
+            if spec.attention_config_key and arg.spelling not in table:
+                attention[spec.attention_config_key] = value
+            else:
+                config[name] = value
+            by_field[spec.field] = arg
+    if "backend" in attention and "attention_backend" not in config:
+        config["attention_backend"] = attention.pop("backend")
+    attention.pop("backend", None)
+    if attention:
+        config["attention_config"] = attention
+    return config, by_field, model
+
+
+def _policy(checker: Checker, launch: Launch, out: list[Diagnostic]) -> str:
+    """A vLLM bundle named by --policy or a hint; anything else means `default` (vllm-default)."""
+    policy = checker._policy(launch, out)
+    return policy if policy.startswith("vllm-") else "default"
+
+
+def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
+    from nsa_policy.lint.launch_checks import rule_needs
+
+    vc = load_vllm()
+    out: list[Diagnostic] = []
+    newest = vc.newest_release
+    for name, ev in launch.env.items():
+        var = vc.env_var(name)
+        if var is not None and var.last is not None and not vc.env_read(name, newest):
+            instead = f"; use {var.replaced_by} {ev.value}" if var.replaced_by else ""
+            out.append(checker.diag(
+                "NSA252", f"{name}={ev.value} is ignored: vLLM reads it up to {var.last} only "
+                          f"({', '.join(var.evidence)}){instead}", ev.loc,
+                fix=f"Remove {name}{f' and pass {var.replaced_by}' if var.replaced_by else ''}."))
+    config, by_field, model_arg = _config(launch, checker, out)
+    policy = _policy(checker, launch, out)
+    bundle = "vllm-default" if policy == "default" else policy
+    model = None
+    if model_arg is not None and isinstance(model_arg.value, str):
+        model = checker.resolve_model(model_arg.value)
+        if model is None:
+            return out  # not a DSA model nsa-policy knows (or a local path it cannot read): nothing to decide
+    devices = checker._devices(launch, out)
+    if not devices:
+        from nsa_policy.lint.launch_checks import skipped_codes
+
+        out.append(checker.diag("NSA405", "no device known for this vLLM launch: device-dependent checks ("
+                                + ", ".join(skipped_codes(bundle, device=True, model=False))
+                                + ") were skipped; add --device NAME, a nodeSelector on nvidia.com/gpu.product, "
+                                  "or a comment 'nsa-policy: device=NAME'", launch.loc))
+    cat = checker.catalog
+    placeholder = next(c for c in cat.device_classes if cat.runs_dsa(c))
+    runs = devices or [(cat.device(placeholder), None)]
+    mdl = model or cat.model(cat.model_ids[0])
+    needs = rule_needs(bundle)
+    for dev, hint in runs:
+        try:
+            facts = build_facts(config, device=dev, model=mdl, env={}, engine="vllm")
+        except InputError as exc:
+            out.append(checker.diag("NSA406", f"the vLLM launch's arguments cannot be evaluated: {exc}", launch.loc))
+            return out
+        decision = decide(facts, policy, trace=False)
+        for f in decision.findings:
+            need = needs.get(f.rule or "")
+            if need is not None and ((not devices and need.device) or (model is None and need.model)):
+                continue
+            msg = f.message
+            if hint is not None and len(runs) > 1:
+                msg += f" [device {dev.name} from {hint.source} at line {hint.loc.line}]"
+            loc = next((by_field[fl].loc for fl in f.fields if fl in by_field), launch.loc)
+            out.append(checker.diag(f.code, msg, loc, alternatives=f.alternatives, rule=f.rule))
+    return out
