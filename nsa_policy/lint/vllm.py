@@ -19,6 +19,7 @@ Token = tuple[str, Location, Optional[str]]  # text, where, unresolved variable
 # vLLM's attention config: `-ac '{json}'`, `-ac.KEY VALUE`, `--attention-config.KEY=VALUE` (config/attention.py)
 _AC_PREFIXES = ("-ac.", "--attention-config.")
 _AC_WHOLE = ("-ac", "--attention-config")
+_BOOL_ARGS = ("sparse_mla_force_mqa",)
 _INT_ARGS = ("block_size", "tensor_parallel_size", "decode_context_parallel_size", "prefill_context_parallel_size")
 
 
@@ -90,6 +91,12 @@ def _config(launch: Launch, checker: Checker, out: list[Diagnostic]) -> tuple[di
                 except (TypeError, ValueError):
                     out.append(checker.diag("NSA406", f"{arg.spelling} {value!r} is not an integer", arg.loc))
                     continue
+            if name in _BOOL_ARGS and isinstance(value, str):  # -ac.KEY true (vLLM parses JSON-ish values)
+                low = value.lower()
+                if low not in ("true", "false", "1", "0"):
+                    out.append(checker.diag("NSA406", f"{arg.spelling} {value!r} is not true/false", arg.loc))
+                    continue
+                value = low in ("true", "1")
             if spec.attention_config_key and arg.spelling not in table:
                 attention[spec.attention_config_key] = value
             else:

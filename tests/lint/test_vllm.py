@@ -91,3 +91,12 @@ def test_parse_vllm_cli():
         ("--model", "deepseek-ai/DeepSeek-V3.2"), ("-tp", "8"), ("--block-size", "64"), ("--enforce-eager", True),
         ("-ac.sparse_mla_force_mqa", "true")]
     assert vllm_launch_start(["vllm", "bench", "serve"]) is None
+
+
+def test_force_mqa_flag_is_evaluated(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\n# nsa-policy: device=h200\n"
+                      "vllm serve deepseek-ai/DeepSeek-V3.2 -ac.sparse_mla_force_mqa true\n"
+                      "vllm serve deepseek-ai/DeepSeek-V3.2 -ac.sparse_mla_force_mqa maybe\n")
+    report = lint_paths([str(script)])
+    assert findings(report) == [("NSA251", 3), ("NSA406", 4)]
