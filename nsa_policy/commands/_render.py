@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 from nsa_policy.engine.bundle import get_bundle
-from nsa_policy.engine.decision import SHOWN_FIELDS, Decision
+from nsa_policy.engine.decision import SHOWN_FIELDS, Decision, of_engine
 from nsa_policy.errors import InputError
 
 SHOWN = SHOWN_FIELDS  # the Decision fields tagged `shown`
-# vLLM-only outputs: an sglang decision never sets them, so its table leaves them out
-VLLM_ONLY = frozenset({"requested_kv_cache_dtype", "indexer_cache_dtype"})
 
 
 def shown_fields(decision: Decision) -> tuple[str, ...]:
-    return tuple(f for f in SHOWN if decision.engine == "vllm" or f not in VLLM_ONLY)
+    """The rows of this decision's table: another engine's outputs (tagged `engine`) are left out."""
+    return of_engine(SHOWN, decision.engine)
 
 
 def _source(decision: Decision, field: str) -> str:

@@ -195,8 +195,16 @@ LEFT_AS_GIVEN = ("kv_cache_dtype", "prefill_backend", "decode_backend", "dense_a
 def outputs_for(engine: str, dsa_scope: str = "full") -> tuple[str, ...]:
     """The Decision outputs an engine's decisions set (vLLM-only fields are not sglang's; a family-only
     scope leaves the KV dtype, backends, threshold and layout as given)."""
-    return tuple(f for f in DECISION_OUTPUTS if FIELD_TAGS[f].engine in (None, engine)
-                 and not (dsa_scope == "family_only" and f in LEFT_AS_GIVEN))
+    return tuple(f for f in of_engine(DECISION_OUTPUTS, engine)
+                 if not (dsa_scope == "family_only" and f in LEFT_AS_GIVEN))
+
+
+def of_engine(fields: tuple[str, ...], engine: str) -> tuple[str, ...]:
+    """Those of `fields` an `engine` decision has: a field tagged for another engine (vLLM's KV dtype at
+    selection on an sglang decision) is left out of its table, agreement view and digest."""
+    return tuple(f for f in fields if f not in FIELD_TAGS or FIELD_TAGS[f].engine in (None, engine))
+
+
 # What ranks compare, under the agreement view's names (errors → error_codes).
 AGREED_FIELDS = tuple(FIELD_TAGS[f].agreed_as or f for f in tagged("agreed"))
 RECORDED_FIELDS = tagged("recorded")

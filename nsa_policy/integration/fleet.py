@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from pydantic import Field
 
-from nsa_policy.engine.decision import AGREED_FIELDS, Decision
+from nsa_policy.engine.decision import AGREED_FIELDS, Decision, of_engine
 from nsa_policy.engine.facts import Frozen
 from nsa_policy.errors import InputError
 
@@ -25,9 +25,11 @@ AGREEMENT_FIELDS = AGREED_FIELDS
 
 def agreement_view(decision: Decision) -> dict[str, Any]:
     """The part of a decision peers must share, as plain JSON values."""
-    dumped = decision.model_dump(mode="json", include=set(AGREEMENT_FIELDS) - {"error_codes"})
+    # another engine's fields are not this decision's: an sglang view (and digest) has no vLLM-only keys
+    fields = of_engine(AGREEMENT_FIELDS, decision.engine)
+    dumped = decision.model_dump(mode="json", include=set(fields) - {"error_codes"})
     dumped["error_codes"] = sorted({e.code for e in decision.errors})
-    return {name: dumped[name] for name in AGREEMENT_FIELDS}
+    return {name: dumped[name] for name in fields}
 
 
 def agreement_digest(decision: Decision) -> str:

@@ -19,6 +19,8 @@ from nsa_policy.engine.decision import (
     RuntimeThresholds,
     Tags,
     field_title,
+    of_engine,
+    outputs_for,
     tagged,
 )
 from nsa_policy.engine.namespace import known_path
@@ -31,6 +33,15 @@ DS = "deepseek-ai/DeepSeek-V3.2"
 @pytest.fixture(scope="module")
 def decision() -> Decision:
     return decide(build_facts({}, device="b200", model=DS, env={}, packages={}), "default", trace=False)
+
+
+@pytest.fixture(scope="module")
+def vllm_decision() -> Decision:
+    return decide(build_facts({}, device="b200", model=DS, env={}, packages={}, engine="vllm"), "default", trace=False)
+
+
+# Outputs only one engine decides (tagged engine=...): an sglang decision leaves vLLM's unset.
+VLLM_ONLY = tuple(f for f in DECISION_OUTPUTS if f not in outputs_for("sglang"))
 
 
 def test_outputs_are_the_fields_tagged_output_of_the_decision_and_its_runtime() -> None:
@@ -51,24 +62,37 @@ def test_a_rule_setting_an_untagged_field_is_refused_at_compile_time(tmp_path) -
         get_bundle(str(tmp_path))
 
 
-def test_a_dsa_decision_sets_every_output(decision: Decision) -> None:
+def test_a_dsa_decision_sets_every_output(decision: Decision, vllm_decision: Decision) -> None:
     assert decision.applies and not decision.errors
-    for out in DECISION_OUTPUTS:
+    for out in outputs_for(decision.engine, decision.dsa_scope):
         assert getattr(decision, out) is not None, out
+    assert VLLM_ONLY and all(getattr(decision, out) is None for out in VLLM_ONLY)
+    assert vllm_decision.applies and not vllm_decision.errors
+    assert all(getattr(vllm_decision, out) is not None for out in VLLM_ONLY)
     for out in set(OUTPUT_FIELDS) - set(DECISION_OUTPUTS):
         assert getattr(decision.runtime, out) is not None, out
 
 
-def test_the_agreement_view_holds_exactly_the_agreed_fields(decision: Decision) -> None:
-    assert tuple(agreement_view(decision)) == AGREED_FIELDS
+def test_the_agreement_view_holds_exactly_the_agreed_fields(decision: Decision, vllm_decision: Decision) -> None:
+    # an engine's view holds the agreed fields its decisions have (no vLLM-only keys for sglang)
+    assert tuple(agreement_view(decision)) == of_engine(AGREED_FIELDS, "sglang")
+    assert tuple(agreement_view(vllm_decision)) == of_engine(AGREED_FIELDS, "vllm")
+    assert set(VLLM_ONLY) <= set(agreement_view(vllm_decision)) and not set(VLLM_ONLY) & set(agreement_view(decision))
     assert agreement_view(decision)["error_codes"] == []  # errors, projected to their codes
 
 
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
 @pytest.mark.parametrize("name", [n for n in Decision.model_fields if n not in ("inputs",)])
-def test_only_agreed_fields_move_the_agreement_digest(decision: Decision, name: str) -> None:
+def test_only_agreed_fields_move_the_agreement_digest(decision: Decision, vllm_decision: Decision, name: str,
+                                                      engine: str) -> None:
+    if engine == "vllm":
+        if name not in VLLM_ONLY:
+            return  # the vLLM decision is here for the fields only vLLM decides
+        decision = vllm_decision
     current = getattr(decision, name)
+    # an unset value is changed to a set one (the sglang decision leaves vLLM's outputs unset)
     changes = {bool: lambda v: not v, str: lambda v: v + "-x", int: lambda v: v + 1, dict: lambda v: {"prefill": 999},
-               tuple: lambda v: (), type(None): lambda v: None}
+               tuple: lambda v: (), type(None): lambda v: "x"}
     # isinstance, in this order: decision mappings are read-only dict subclasses, and bool is an int
     other = next((change for kind, change in changes.items() if isinstance(current, kind)), None)
     if other is None or name == "runtime":
@@ -86,7 +110,8 @@ def test_only_agreed_fields_move_the_agreement_digest(decision: Decision, name: 
     else:
         assert other is not None, name
         changed = decision.model_copy(update={name: other(current)})
-    agreed = name in tagged("agreed")
+    # agreed by the ranks of this decision's engine: another engine's field is not part of it
+    agreed = name in of_engine(tagged("agreed"), decision.engine)
     assert (agreement_digest(changed) != agreement_digest(decision)) == agreed, name
 
 
@@ -97,11 +122,16 @@ def test_check_and_diff_record_the_recorded_fields(decision: Decision) -> None:
     assert len(causes) == len(RECORDED_FIELDS)
 
 
-def test_the_resolve_table_and_explain_have_one_row_per_shown_field(decision: Decision) -> None:
-    rows = [line.split()[0] for line in render_table(decision).splitlines() if line.startswith("  ")]
-    assert tuple(rows[:len(SHOWN_FIELDS)]) == SHOWN_FIELDS  # then heads per rank and the planner
-    why = render_explain(decision).split("\nwhy:\n", 1)[1].split("\n\n")[0]
-    assert tuple(line.split()[0] for line in why.splitlines() if not line.startswith("      ")) == SHOWN_FIELDS
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_the_resolve_table_and_explain_have_one_row_per_shown_field(decision: Decision, vllm_decision: Decision,
+                                                                    engine: str) -> None:
+    d = vllm_decision if engine == "vllm" else decision
+    shown = of_engine(SHOWN_FIELDS, engine)  # an sglang table has no vLLM-only rows
+    assert (shown == SHOWN_FIELDS) == (engine == "vllm")
+    rows = [line.split()[0] for line in render_table(d).splitlines() if line.startswith("  ")]
+    assert tuple(rows[:len(shown)]) == shown  # then heads per rank and the planner
+    why = render_explain(d).split("\nwhy:\n", 1)[1].split("\n\n")[0]
+    assert tuple(line.split()[0] for line in why.splitlines() if not line.startswith("      ")) == shown
 
 
 def test_tags_change_neither_validation_nor_the_json_schema(decision: Decision) -> None:
