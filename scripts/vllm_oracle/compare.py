@@ -27,7 +27,7 @@ GRID_TEXT = ("10 device classes × DeepSeek-V3.2, GLM-5 × TP 1/2/4/8/16 × DCP 
              "10 forced backends incl. none × block size unset/32/64")
 
 
-COMPARED = ("attention backend (or vLLM's ValueError = the bundle's NSA150/NSA151), KV dtype at selection, "
+COMPARED = ("attention backend (or vLLM's ValueError = the bundle's NSA150/NSA154), KV dtype at selection, "
             "stored KV dtype, block size, dense short-prefill length")
 
 
@@ -39,8 +39,8 @@ def policy_view(row: dict) -> dict:
                                raise_on_error=False, trace=False)
     except InputError as exc:
         return {"attention_backend": None, "error": str(exc)[:80]}
-    # vLLM raises (NSA150/NSA151) where the bundle rejects; the bundle's other errors do not stop vLLM here
-    if any(e.code in ("NSA150", "NSA151") for e in d.errors):
+    # vLLM raises (NSA150/NSA154) where the bundle rejects; the bundle's other errors do not stop vLLM here
+    if any(e.code in ("NSA150", "NSA154") for e in d.errors):
         return {"attention_backend": None, "error": ",".join(e.code for e in d.errors)}
     return {f: getattr(d, f) for f in FIELDS}
 
