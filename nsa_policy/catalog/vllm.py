@@ -272,6 +272,11 @@ def load_vllm() -> VllmCatalog:
     return VllmCatalog()
 
 
+# The rule facts selector_facts reads: what a rule or value that runs vLLM's validation declares it reads.
+SELECTOR_READS = ("device.major", "out.requested_kv_cache_dtype", "config.page_size", "config.dcp_size",
+                  "config.prefill_context_parallel_size", "derived.heads_per_rank", "model.index_topk", "model.family")
+
+
 def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
     """The sel.* facts vLLM's selector sees, from a rule namespace (after the model hook)."""
     mla = _family_mla(catalog, ns["model.family"])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
+from nsa_policy.catalog.vllm import SELECTOR_READS
 
 # Fact paths an alternatives list reads beyond the ones spelt out: "pkg.*" = any installed package.
 ANY_PACKAGE = "pkg.*"
@@ -137,6 +138,12 @@ def _vllm_kv_or_devices(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     return tuple(found) or ("a device with a vLLM sparse backend (sm90, sm100, sm103, sm120, sm121, ROCm)",)
 
 
+# vLLM's validation reads the selector facts (catalog/vllm.py SELECTOR_READS); a crashing backend is
+# passed over by the device's vendor, and the chosen backend is not its own alternative.
+_VLLM_KV_READS = (*SELECTOR_READS, "device.vendor")
+_VLLM_BACKENDS_READS = (*_VLLM_KV_READS, "out.attention_backend")
+
+
 def _backend_reads(phase: str) -> tuple[str, ...]:
     return ("device.class", "out.kv_cache_dtype", "model.index_topk", f"out.{phase}_backend", ANY_PACKAGE)
 
@@ -168,13 +175,11 @@ KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
                      lambda a: (), lambda a, ns, catalog: tuple(catalog.sglang_choices(str(a)))),
     AlternativesKind("vllm_backends", "vLLM sparse attention backends: every name (all) or those that validate "
                      "here (valid)", "all or valid", lambda a: a in ("all", "valid"),
-                     lambda a: ("device.major", "out.requested_kv_cache_dtype", "derived.heads_per_rank",
-                                "out.attention_backend"), _vllm_backends),
+                     lambda a: _VLLM_BACKENDS_READS, _vllm_backends),
     AlternativesKind("vllm_choices", "the values a vLLM argument accepts (rules/catalog/vllm-args.yaml)",
                      "a vLLM argument name", lambda a: isinstance(a, str), lambda a: (), _vllm_choices),
     AlternativesKind("vllm_kv_or_devices", "the KV dtypes some vLLM sparse backend validates here", "true",
-                     lambda a: a is True, lambda a: ("device.major", "out.requested_kv_cache_dtype"),
-                     _vllm_kv_or_devices),
+                     lambda a: a is True, lambda a: _VLLM_KV_READS, _vllm_kv_or_devices),
     AlternativesKind("threshold_variables", "the values the two dense-attention threshold variables carry "
                      "(set one of them)", "true", lambda a: a is True,
                      lambda a: ("env.dense_attn_kv_len_threshold", "env.dsa_threshold"),

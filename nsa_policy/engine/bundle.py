@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nsa_policy.catalog.codes import CodeRegistry, load_codes
 from nsa_policy.catalog.paths import policy_dir
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
+from nsa_policy.catalog.vllm import SELECTOR_READS
 from nsa_policy.engine.alternatives import ANY_PACKAGE, Alternatives, compile_alternatives
 from nsa_policy.engine.conditions import Check, ConditionError, Explain, compile_condition
 from nsa_policy.engine.decision import OUTPUT_FIELDS, Level
@@ -179,8 +180,7 @@ class VllmFirstValid(ValueSpec):
     (rules/catalog/vllm.yaml), for the KV dtype at selection decided so far."""
 
     candidates: tuple[str, ...]
-    reads: tuple[str, ...] = ("out.requested_kv_cache_dtype", "device.major", "derived.heads_per_rank",
-                              "config.dcp_size", "config.page_size", "model.index_topk")
+    reads: tuple[str, ...] = SELECTOR_READS  # what selector_facts reads
 
     def value(self, ns: Mapping[str, Any], catalog: Catalog) -> Any:
         from nsa_policy.catalog.vllm import load_vllm, selector_facts

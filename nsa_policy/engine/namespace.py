@@ -78,6 +78,9 @@ _FAMILY_INPUTS = {
 _PATH_INPUTS = {
     "derived.attn_tp_size": frozenset({"config"}), "derived.tp_divisible": frozenset({"config"}),
     "derived.heads_per_rank": frozenset({"model", "config"}), "derived.heads_divisible": frozenset({"model", "config"}),
+    # vLLM's input checks read the flags alone; its MXFP4 indexer check the device alone
+    "vllm.backend_known": frozenset({"config"}), "vllm.kv_known": frozenset({"config"}),
+    "vllm.indexer_dtype_known": frozenset({"config"}), "vllm.indexer_mxfp4_ok": frozenset({"device"}),
 }
 _PROV_INPUTS = frozenset({"config", "env"})
 
@@ -103,7 +106,7 @@ def outputs_read(path: str) -> tuple[str, ...]:
     family, _, rest = path.partition(".")
     if family in ("out", "prov"):
         return (rest,)
-    if family == "vllm" and rest not in ("backend_known", "kv_known", "indexer_dtype_known"):
+    if family == "vllm" and rest not in ("backend_known", "kv_known", "indexer_dtype_known", "indexer_mxfp4_ok"):
         return ("attention_backend", "requested_kv_cache_dtype")
     return _LAZY_OUTPUTS.get(path, ())
 
@@ -209,8 +212,9 @@ def _vllm_fact(ns: FactNamespace, what: str) -> Any:
         return spec.dense_prefill
     if what == "crashes":
         return spec.crashes.reason if spec.crashes and spec.crashes.vendor == ns["device.vendor"] else None
-    if what == "block_size":
-        return v.block_size(backend, ns["device.vendor"])
+    if what == "block_size":  # None where vLLM's catalog has no DSA indexer (Intel XPU, CPU)
+        vendor = ns["device.vendor"]
+        return v.block_size(backend, vendor) if vendor in v.doc.indexer.block_sizes else None
     if kv is None:
         return None
     if what == "stored_kv":

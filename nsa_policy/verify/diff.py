@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional
 from nsa_policy.engine.bundle import CompiledBundle
 from nsa_policy.engine.decision import field_title
 from nsa_policy.verify.run import RECORD_FIELDS, SpaceRun, record_of, run_space
-from nsa_policy.verify.space import Space, standard_space
+from nsa_policy.verify.space import Space, space_for
 
 
 @dataclass
@@ -186,11 +186,11 @@ def _space_dimensions(space: Space) -> dict:
 def diff_space(a: CompiledBundle, b: CompiledBundle, space: Optional[Space] = None, *,
                workers: Optional[int] = None, policy_a: Optional[str] = None,
                policy_b: Optional[str] = None, quiet: bool = False) -> DiffReport:
-    """Diff two bundles over the space (by default the standard space of the two). A progress line
+    """Diff two bundles over the space (by default their engine's: space_for). A progress line
     shows on a terminal's stderr unless `quiet`."""
     from nsa_policy.progress import Progress
 
-    space = space or standard_space([a, b])
+    space = space or space_for([a, b])
     runs = []
     with Progress(f"diff {a.name} → {b.name}", 2 * len(space), quiet=quiet) as bar:
         for bundle in (a, b):

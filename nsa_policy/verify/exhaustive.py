@@ -24,13 +24,13 @@ from typing import Optional
 
 from nsa_policy.catalog.codes import load_codes
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.engine.bundle import CompiledBundle, compile_bundle, get_bundle
+from nsa_policy.engine.bundle import CompiledBundle, compile_bundle, concrete_bundles, get_bundle
 from nsa_policy.engine.evaluator import evaluate
-from nsa_policy.errors import RuleFileError
+from nsa_policy.errors import InputError, RuleFileError
 from nsa_policy.verify.invariants import INVARIANTS
 from nsa_policy.verify.references import code_problems, declared_wins, evidence_basis, literal_problems, wins_over_problems
 from nsa_policy.verify.run import RECORD_FIELDS, SpaceRun, near_misses, run_space
-from nsa_policy.verify.space import FactsBuilder, Space, standard_space
+from nsa_policy.verify.space import FactsBuilder, Space, space_for
 
 KIND_ORDER = ("schema", "reference", "evidence", "unreachable", "shadowed", "order-dependence", "stale-declaration",
               "order-read", "crash", "undecided", "invariant")
@@ -228,11 +228,28 @@ def load_for_check(policy: str) -> CompiledBundle:
     return get_bundle(policy)
 
 
+# The engines whose bundles `check` checks. Its invariants, undecided-output and reference analyses are
+# sglang's (its capability matrix, KV names, backend pairs): over vLLM's space (space.vllm_space) they
+# report vLLM's own semantics as findings. vLLM bundles are covered by their rule tests and the vLLM
+# differential replay (tests/check/test_vllm_replay.py) until check has vLLM invariants.
+CHECKED_ENGINES = ("sglang",)
+
+
+def checked_bundles() -> list[str]:
+    """The shipped concrete bundles `check` checks (those of CHECKED_ENGINES)."""
+    return [n for n in concrete_bundles() if get_bundle(n).engine in CHECKED_ENGINES]
+
+
+def unchecked_bundles() -> list[str]:
+    """The shipped concrete bundles `check` leaves out (another engine's)."""
+    return [n for n in concrete_bundles() if get_bundle(n).engine not in CHECKED_ENGINES]
+
+
 def check_bundle(policy: str, *, space: Optional[Space] = None, workers: Optional[int] = None,
                  cases: Optional[list] = None, quiet: bool = False, label: Optional[str] = None) -> CheckReport:
-    """Check one bundle. Raises InputError for an unknown policy name; a rule file that does not
-    compile is reported as a `schema` issue. A progress line (`label`, default `check NAME`) shows on
-    a terminal's stderr unless `quiet`."""
+    """Check one bundle. Raises InputError for an unknown policy name, or a bundle of an engine not in
+    CHECKED_ENGINES; a rule file that does not compile is reported as a `schema` issue. A progress line
+    (`label`, default `check NAME`) shows on a terminal's stderr unless `quiet`."""
     from nsa_policy.progress import Progress
 
     started = time.perf_counter()
@@ -241,7 +258,11 @@ def check_bundle(policy: str, *, space: Optional[Space] = None, workers: Optiona
     except RuleFileError as exc:
         return CheckReport(bundle=policy, policy=policy, issues=[Issue("schema", exc.path, str(exc))],
                            seconds=time.perf_counter() - started)
-    space = space or standard_space([bundle])
+    if bundle.engine not in CHECKED_ENGINES:
+        raise InputError("--policy", policy, hint=f"{bundle.name} describes {bundle.engine}: check's invariants "
+                         f"are {', '.join(CHECKED_ENGINES)}'s, so it does not check {bundle.engine} bundles yet "
+                         "(their rule tests and the vLLM differential replay do)")
+    space = space or space_for([bundle])
     report = CheckReport(bundle=bundle.name, policy=policy, compat=bundle.compat, digest=bundle.digest,
                          inputs=len(space), space=space.summary())
     issues = static_issues(bundle)

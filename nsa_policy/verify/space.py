@@ -75,6 +75,7 @@ class Dim:
 class Block:
     name: str
     dims: tuple[Dim, ...]
+    engine: str = "sglang"  # the engine whose argument names the config values use (ServingConfig.engine)
 
     @cached_property
     def size(self) -> int:
@@ -188,6 +189,9 @@ class Point:
         if device is None:  # every block of the space has a device dimension
             raise ValueError(f"point {self.index} has no device value: no resolve command reproduces it")
         words = [f"{k}={v}" for k, v in env.items()] + ["nsa-policy", "resolve", "--device", device]
+        if self.block.engine != "sglang":
+            words += ["--engine", self.block.engine]
+            flags = {**_VLLM_FLAGS, **(flags or {})}
         prefix = ""
         if isinstance(model, dict) and set(model) - {"architectures", "index_topk", "num_attention_heads"}:
             # keys no resolve flag carries (learnable_sink, index_kpool, …): write the config.json first
@@ -481,6 +485,74 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
                                      "backend choices × shapes × HiSparse × thresholds × extras")
 
 
+# ---------------------------------------------------------------- vLLM's space
+
+# resolve --engine vllm's own flags for the config fields that are not sglang serving options
+_VLLM_FLAGS = {"attention_backend": "--attention-backend", "page_size": "--block-size"}
+VLLM_INVALID_BACKEND = "FLASHMLA_SPARS"  # a typo of a real name, so NSA050's "did you mean" runs
+VLLM_INVALID_KV = "fp8_e3m4"
+
+
+def vllm_space(catalog: Optional[Catalog] = None) -> Space:
+    """The space a vllm-* bundle is checked over (engine vllm, vLLM's values from rules/catalog/vllm*.yaml):
+    the grid of the differential harness (scripts/vllm_oracle: device × model × TP × DCP × KV dtype ×
+    forced backend × block size), split into blocks, with the attention-config options and malformed input.
+
+    - ``selection``: device × model × KV dtype × forced backend × TP/DCP shape.
+    - ``block_size``: device × model × KV dtype × forced backend × block size (tp1).
+    - ``extras``: device × model × KV dtype × {indexer KV dtype, PCP, forced MQA} (auto selection).
+    - ``input``: unknown backend and KV dtype names, a lower-case backend, × KV dtype.
+    """
+    from nsa_policy.catalog.vllm import load_vllm
+
+    catalog = catalog or load_catalog()
+    v = load_vllm()
+    # the device classes of the vendors vLLM's catalog describes (its DSA indexer: CUDA and ROCm)
+    device = Dim("device", tuple(Value(label=c, device=c, covers=(c,)) for c in catalog.device_doc.classes
+                                 if catalog.device(c).vendor in v.doc.indexer.block_sizes), counts_for_size=False)
+    # one model per family vLLM's backend checks have the MLA dimensions of (catalog `mla`)
+    families = catalog.model_doc.families
+    models = [m for m in representative_models(catalog) if (f := catalog.model(m).family) and families[f].mla]
+    model = Dim("model", tuple(Value(label=m, model=m) for m in models), counts_for_size=False)
+    kv = Dim("kv_cache_dtype", (_cfg("auto"),) + tuple(
+        _cfg(k, kv_cache_dtype=k) for k in v.argument("kv_cache_dtype").choices or () if k != "auto"))
+    forced = Dim("attention_backend", (_cfg("unset"),) + tuple(
+        _cfg(b, attention_backend=b) for b in v.backend_names))
+    shapes = Dim("parallel", (_cfg("tp1"), _cfg("tp2", tp_size=2), _cfg("tp4", tp_size=4), _cfg("tp8", tp_size=8),
+                              _cfg("tp16", tp_size=16), _cfg("tp8 dcp2", tp_size=8, dcp_size=2)))
+    blocks = Dim("block_size", tuple(_cfg(f"block_size {n}", page_size=n) for n in (1, 16, 32, 64)))
+    extras = Dim("extra", (
+        _cfg("indexer_kv_dtype fp8", indexer_kv_dtype="fp8"),
+        _cfg("indexer_kv_dtype mxfp4", indexer_kv_dtype="mxfp4"),
+        _cfg("prefill_context_parallel_size 2 (tp8 dcp2)", prefill_context_parallel_size=2, tp_size=8, dcp_size=2),
+        _cfg("sparse_mla_force_mqa", sparse_mla_force_mqa=True),
+    ))
+    bad = Dim("attention_backend", (_cfg("unset"), _cfg(VLLM_INVALID_BACKEND, attention_backend=VLLM_INVALID_BACKEND),
+                                    _cfg("flashmla_sparse (lower case)", attention_backend="flashmla_sparse")))
+    bad_kv = Dim("kv_cache_dtype", (_cfg("auto"), _cfg("fp8", kv_cache_dtype="fp8"),
+                                    _cfg(VLLM_INVALID_KV, kv_cache_dtype=VLLM_INVALID_KV)))
+    return Space((
+        Block("selection", (device, model, kv, forced, shapes), engine="vllm"),
+        Block("block_size", (device, model, kv, forced, blocks), engine="vllm"),
+        Block("extras", (device, model, kv, extras), engine="vllm"),
+        Block("input", (device, model, bad_kv, bad), engine="vllm"),
+    ), description="vLLM: device classes × one catalog model per vLLM DSA family × KV dtypes × forced backends × "
+                   "TP/DCP shapes × block sizes × attention-config options")
+
+
+def space_for(bundles: Sequence[Any], catalog: Optional[Catalog] = None) -> Space:
+    """The space bundles are checked (or diffed) over: their engine's (vLLM's facts are not sglang's)."""
+    from nsa_policy.errors import InputError
+
+    engines = sorted({getattr(b, "engine", "sglang") for b in bundles})
+    if len(engines) > 1:
+        raise InputError("policy", ", ".join(b.name for b in bundles),
+                         hint=f"bundles of different engines ({', '.join(engines)}) have no space in common")
+    if engines == ["vllm"]:
+        return vllm_space(catalog)
+    return standard_space(bundles, catalog)
+
+
 # ---------------------------------------------------------------- points → facts (cached: many points share parts)
 
 class FactsBuilder:
@@ -513,6 +585,8 @@ class FactsBuilder:
                 config.update(v.config)
                 env.update(v.env)
                 packages.update(v.packages)
+            if point.block.engine != "sglang":
+                config["engine"] = point.block.engine
             hit = self._parts[key] = (ServingConfig(**config), environment_from(env, packages))
         return hit
 

@@ -120,7 +120,9 @@ def one(dev, model, tp, dcp, kv, forced, block):
             try:
                 backend = get_attn_backend(576, torch.bfloat16, sel_kv, use_mla=True, use_sparse=True, num_heads=heads)
             except ValueError as exc:
-                return {"attention_backend": None, "error": str(exc).split(" Reason")[0][:80]}
+                # the message's first 80 characters name the refused backend (or say none was found);
+                # vLLM's reasons follow later in the text (every recorded message is longer than that)
+                return {"attention_backend": None, "error": str(exc)[:80]}
         final = _canonicalize_sparse_mla_kv_cache_dtype(backend, sel_kv)
         size = block if block is not None else PLAT._preferred_block_size_for_backends(
             [backend, DeepseekV32IndexerBackend], 16, cfg)

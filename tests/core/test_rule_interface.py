@@ -12,23 +12,24 @@ import pytest
 
 from nsa_policy.catalog.store import load_catalog
 from nsa_policy.engine.alternatives import KINDS, compile_alternatives
-from nsa_policy.engine.bundle import FirstValid, Fixed, FromFact, concrete_bundles, get_bundle
+from nsa_policy.engine.bundle import FirstValid, Fixed, FromFact, VllmFirstValid, concrete_bundles, get_bundle
 from nsa_policy.engine.decision import OUTPUT_FIELDS, Decision
 from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.facts import Facts
 from nsa_policy.engine.namespace import INPUTS, build_namespace, inputs_of, known_path, outputs_read
 from nsa_policy.errors import InputError
-from nsa_policy.verify.space import FactsBuilder, standard_space
+from nsa_policy.verify.space import FactsBuilder, space_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLES = concrete_bundles()
 
 
 @cache
-def _sample() -> tuple[Facts, ...]:
-    """Facts from every 97th point of the standard space (all devices, models, flags and dtypes appear)."""
-    bundles = [get_bundle(b) for b in BUNDLES]
-    space = standard_space(bundles)
+def _sample(engine: str = "sglang") -> tuple[Facts, ...]:
+    """Facts from every 97th point of the engine's space (all devices, models, flags and dtypes appear):
+    the standard space for sglang's bundles, vLLM's (its argument names) for the vllm-* bundles."""
+    bundles = [b for b in (get_bundle(n) for n in BUNDLES) if b.engine == engine]
+    space = space_for(bundles)
     builder = FactsBuilder(load_catalog())
     return tuple(builder.facts(space.point(i)) for i in range(0, len(space), 97))
 
@@ -46,7 +47,7 @@ def test_every_rule_describes_itself_in_known_terms(policy: str) -> None:
             assert rule.emit.alternatives.kind in KINDS
             assert set(rule.emit.alternatives.reads) <= set(rule.emit.reads)
         for out, value in rule.sets:
-            assert isinstance(value, (Fixed, FromFact, FirstValid)), (rule.id, out)
+            assert isinstance(value, (Fixed, FromFact, FirstValid, VllmFirstValid)), (rule.id, out)
             assert set(value.reads) <= set(rule.all_reads)
         json.dumps(rule.describe())  # plain data, for docs and tools
 
@@ -78,7 +79,7 @@ def test_a_rule_that_does_not_read_the_device_or_model_says_the_same_on_every_on
         independent = {r.id for r in bundle.rules if r.emit and "model" not in r.inputs}
     assert independent, "no rule to check"
     compared = 0
-    for facts in _sample()[::3]:
+    for facts in _sample(bundle.engine)[::3]:
         if facts.model.family is None:
             continue
         seen: dict = {}
@@ -102,7 +103,7 @@ def test_the_values_a_rule_sets_are_what_its_value_spec_gives(policy: str) -> No
     gives the decided value (the namespace is rebuilt from the facts and the rule's inputs only)."""
     bundle, catalog = get_bundle(policy), load_catalog()
     checked = 0
-    for facts in _sample()[::5]:
+    for facts in _sample(bundle.engine)[::5]:
         d = evaluate(bundle, facts, catalog, trace=False)
         ns = build_namespace(facts, catalog)
         for out, p in d.provenance.items():
@@ -113,6 +114,10 @@ def test_the_values_a_rule_sets_are_what_its_value_spec_gives(policy: str) -> No
             spec = dict(rule.sets)[out]
             if isinstance(spec, FirstValid):
                 ns["out.kv_cache_dtype"] = d.kv_cache_dtype  # the dtype decided before the backends
+            for path in spec.reads:  # a fact computed from outputs (vllm.block_size): the outputs as decided
+                if not path.startswith("out."):
+                    for o in outputs_read(path):
+                        ns[f"out.{o}"] = getattr(d, o)
             if not any(path.startswith("out.") for path in spec.reads):
                 assert spec.value(ns, catalog) == getattr(d, out), (rule.id, out)
                 checked += 1
@@ -136,7 +141,7 @@ def test_provenance_names_the_rule_for_rule_and_model_sources() -> None:
 @pytest.mark.parametrize("policy", BUNDLES)
 def test_trace_on_and_off_decide_the_same(policy: str) -> None:
     bundle, catalog = get_bundle(policy), load_catalog()
-    for facts in _sample()[::4]:
+    for facts in _sample(bundle.engine)[::4]:
         with_trace = evaluate(bundle, facts, catalog, trace=True)
         without = evaluate(bundle, facts, catalog, trace=False)
         assert with_trace.model_copy(update={"trace": ()}) == without
@@ -209,3 +214,23 @@ def test_consumers_use_only_the_interface() -> None:
                 line = text.count("\n", 0, m.start()) + 1
                 hits.append(f"{path.relative_to(ROOT)}:{line}: {what}")
     assert hits == []
+
+
+def test_vllm_bundles_are_evaluated_over_vllm_s_own_space() -> None:
+    """A vllm-* bundle refuses sglang's facts; its space (space.vllm_space) gives vLLM facts, every device
+    class the vLLM catalog describes, and `check` says it does not check vLLM bundles rather than erring."""
+    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.verify.exhaustive import check_bundle
+
+    vllm = [get_bundle(b) for b in BUNDLES if get_bundle(b).engine == "vllm"]
+    assert vllm
+    space = space_for(vllm)
+    assert {b.engine for b in space.blocks} == {"vllm"} and len(space) > 10000
+    vendors = set(load_vllm().doc.indexer.block_sizes)
+    assert {load_catalog().device(c).vendor for c in space.summary()[0]["dimensions"]["device"]} == vendors
+    assert all(f.config.engine == "vllm" for f in _sample("vllm"))
+    assert "--engine vllm" in space.point(0).command("vllm-default")
+    with pytest.raises(InputError, match="different engines"):
+        space_for([vllm[0], get_bundle("default")])
+    with pytest.raises(InputError, match="does not check vllm bundles"):
+        check_bundle(vllm[0].name)
