@@ -253,7 +253,9 @@ def test_a_shipped_name_means_the_shipped_bundle_even_beside_a_local_folder_of_t
     (local_dir / "tests").mkdir()
     (local_dir / "tests" / "site.yaml").write_text(SITE_TESTS)
     kv = (local_dir / "20-kv-cache.yaml").read_text()
-    hopper_fp8 = kv.replace("set: {kv_cache_dtype: bfloat16}", "set: {kv_cache_dtype: fp8_e4m3}", 1)
+    # the Hopper rule's own line (default's first bf16 rule is now kv.learnable-sink-bf16)
+    hopper = "when: {device.class: sm90}\n    set: {kv_cache_dtype: bfloat16}"
+    hopper_fp8 = kv.replace(hopper, hopper.replace("bfloat16", "fp8_e4m3"), 1)
     assert hopper_fp8 != kv
     (local_dir / "20-kv-cache.yaml").write_text(hopper_fp8)
     monkeypatch.chdir(tmp_path)
