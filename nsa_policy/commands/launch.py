@@ -59,6 +59,13 @@ def launch(
         # a CLI should say it could not write the log
         handler.handleError = _raise_log_error  # type: ignore[method-assign]
         logger.addHandler(handler)
+    from nsa_policy.integration.launch_vllm import is_vllm_command
+
+    if is_vllm_command(command or []):
+        if handler is not None:
+            logger.removeHandler(handler)
+        _launch_vllm(list(command or []), policy, device, model, sglang_version, dry_run, as_json)
+        return
     try:
         plan = plan_launch(list(command or []), policy=policy, device=device, model=model, sglang_version=sglang_version,
                            logger=logger)
@@ -103,6 +110,49 @@ def launch(
     sys.stderr.flush()
     try:
         exec_plan(plan)
+    except OSError as exc:
+        print(f"nsa-policy: error: cannot run {plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _launch_vllm(command: list[str], policy: str, device: str, model: Optional[str], sglang_version: Optional[str],
+                 dry_run: bool, as_json: bool) -> None:
+    """`launch -- vllm serve …`: resolve with a vLLM bundle, add the flags vLLM 0.33.0 reads, exec."""
+    import os
+
+    from nsa_policy.commands._render import render_table
+    from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError, PolicyError
+    from nsa_policy.integration.launch_vllm import VLLM_RELEASE, plan_vllm_launch
+
+    if sglang_version is not None:
+        raise fail_usage(InputError("--sglang-version", sglang_version,
+                                    hint=f"a vllm serve command targets vLLM {VLLM_RELEASE}; drop --sglang-version"),
+                         as_json)
+    try:
+        plan = plan_vllm_launch(command, policy=policy, device=device, model=model, env=os.environ)
+    except PolicyError as exc:
+        print(render_table(exc.decision), file=sys.stderr)
+        print(str(exc), file=sys.stderr)
+        if as_json:
+            print(json.dumps({"rejected": True, "decision": exc.decision.model_dump(mode="json")}))
+        raise typer.Exit(EXIT_REJECTED) from None
+    except (NsaPolicyError, DeviceDiscoveryError) as exc:
+        raise fail_usage(exc, as_json) from None
+    print(f"nsa-policy launch: target vLLM {VLLM_RELEASE} ({plan.decision.policy})", file=sys.stderr)
+    print(render_table(plan.decision), file=sys.stderr)
+    print("nsa-policy launch: " + (("adding " + ", ".join(plan.added_flags)) if plan.added_flags else "no flag to add"),
+          file=sys.stderr)
+    if dry_run:
+        if as_json:
+            print(json.dumps({"argv": plan.argv, "added_flags": plan.added_flags, "command": plan.shell_line(),
+                              "engine": "vllm", "vllm": VLLM_RELEASE, "decision": plan.decision.model_dump(mode="json")}))
+        else:
+            print(plan.shell_line())
+        raise typer.Exit(EXIT_OK)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(plan.argv[0], plan.argv)  # pragma: no cover - replaces the process
     except OSError as exc:
         print(f"nsa-policy: error: cannot run {plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE) from None

@@ -5,7 +5,7 @@ vllm-0.33 when asked), each finding placed at the flag it is about; removed envi
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from nsa_policy.api import build_facts, decide
 from nsa_policy.catalog.vllm import load_vllm
@@ -53,8 +53,10 @@ def parse_vllm_cli(tokens: Iterable[Token]) -> list[Arg]:
     return args
 
 
-def _config(launch: Launch, checker: Checker, out: list[Diagnostic]) -> tuple[dict[str, Any], dict[str, Arg], Optional[Arg]]:
-    """(vLLM config by EngineArgs name, the arg behind each ServingConfig field, the model argument)."""
+def vllm_config(launch_args: Iterable[Arg], bad: Callable[[str, Arg], None]
+                ) -> tuple[dict[str, Any], dict[str, Arg], Optional[Arg]]:
+    """(vLLM config by EngineArgs name, the arg behind each ServingConfig field, the model argument).
+    `bad(message, arg)` is told of a value that cannot be read (lint: NSA406; launch: an error)."""
     vc = load_vllm()
     table = vc.flag_table()
     ac_keys = {a.attention_config_key: a for a in vc.args_doc.arguments if a.attention_config_key}
@@ -62,7 +64,7 @@ def _config(launch: Launch, checker: Checker, out: list[Diagnostic]) -> tuple[di
     attention: dict[str, Any] = {}
     by_field: dict[str, Arg] = {}
     model: Optional[Arg] = None
-    for arg in launch.args:
+    for arg in launch_args:
         if arg.unresolved is not None:
             continue  # depends on a variable the file does not set: not evaluated
         entries: list[tuple[str, Any]] = []  # (argument name, value)
@@ -76,7 +78,7 @@ def _config(launch: Launch, checker: Checker, out: list[Diagnostic]) -> tuple[di
             try:
                 doc = json.loads(arg.value)
             except ValueError:
-                out.append(checker.diag("NSA406", f"{arg.spelling} {arg.value!r} is not a JSON object", arg.loc))
+                bad(f"{arg.spelling} {arg.value!r} is not a JSON object", arg)
                 continue
             if isinstance(doc, dict):
                 entries += [(ac_keys[k].name, v) for k, v in doc.items() if k in ac_keys]
@@ -89,12 +91,12 @@ def _config(launch: Launch, checker: Checker, out: list[Diagnostic]) -> tuple[di
                 try:
                     value = int(value)
                 except (TypeError, ValueError):
-                    out.append(checker.diag("NSA406", f"{arg.spelling} {value!r} is not an integer", arg.loc))
+                    bad(f"{arg.spelling} {value!r} is not an integer", arg)
                     continue
             if name in _BOOL_ARGS and isinstance(value, str):  # -ac.KEY true (vLLM parses JSON-ish values)
                 low = value.lower()
                 if low not in ("true", "false", "1", "0"):
-                    out.append(checker.diag("NSA406", f"{arg.spelling} {value!r} is not true/false", arg.loc))
+                    bad(f"{arg.spelling} {value!r} is not true/false", arg)
                     continue
                 value = low in ("true", "1")
             if spec.attention_config_key and arg.spelling not in table:
@@ -130,7 +132,8 @@ def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
                 "NSA252", f"{name}={ev.value} is ignored: vLLM reads it up to {var.last} only "
                           f"({', '.join(var.evidence)}){instead}", ev.loc,
                 fix=f"Remove {name}{f' and pass {var.replaced_by}' if var.replaced_by else ''}."))
-    config, by_field, model_arg = _config(launch, checker, out)
+    config, by_field, model_arg = vllm_config(
+        launch.args, lambda msg, arg: out.append(checker.diag("NSA406", msg, arg.loc)))
     policy = _policy(checker, launch, out)
     bundle = "vllm-default" if policy == "default" else policy
     model = None
