@@ -180,7 +180,8 @@ class Structured:
     # launches ---------------------------------------------------------------------------------
     def container(self, node: N) -> list[Launch]:
         parts = [node.get("entrypoint"), node.get("command"), node.get("args")]
-        if not any(p is not None and _mentions(p) for p in parts):
+        image_vllm = self._runs_vllm_image_entrypoint(node)
+        if not image_vllm and not any(p is not None and _mentions(p) for p in parts):
             return []
         file_env = self.env_files(node.get("env_file"))
         exp = Expander({**self.dotenv_vars, **{k: v.value for k, v in file_env.items()}})
@@ -205,6 +206,8 @@ class Structured:
             first = tokens[0]  # a launch start was found among them
             return [Launch(self.path, first[1], self._kind(node), args=parse_cli(tokens[start:]), env=env)]
         vstart = vllm_launch_start(texts)
+        if vstart is None and image_vllm and tokens:  # the image's ENTRYPOINT ["vllm", "serve"] gets these
+            vstart = 0
         if vstart is not None:
             from nsa_policy.lint.vllm import parse_vllm_cli
 
@@ -220,6 +223,19 @@ class Structured:
                     state = ShellState(Expander({**exp.vars, **k8s_vars}), dict(env), base_dir=self.base_dir)
                     launches += self.shell_scalar(item, state, self._kind(node))
         return launches
+
+    def _runs_vllm_image_entrypoint(self, node: N) -> bool:
+        """A vllm/vllm-openai container that keeps the image's ENTRYPOINT ["vllm", "serve"]: Kubernetes `args`
+        (no `command`) or compose `command` (no `entrypoint`) are the arguments of `vllm serve`."""
+        image = node.get("image")
+        if image is None or image.kind != "scalar" or not isinstance(image.value, str):
+            return False
+        if not _VLLM_IMAGE.search(image.value) or node.get("entrypoint") is not None:
+            return False
+        compose = self._kind(node) == "compose" or any(node.get(k) is not None for k in _COMPOSE_ONLY)
+        if compose:
+            return node.get("command") is not None
+        return node.get("command") is None and node.get("args") is not None
 
     def _kind(self, node: N) -> str:
         if self.kind != "yaml":
@@ -295,6 +311,12 @@ class Structured:
             args.append(Arg(k.value, value, self.loc(k), "key"))
         first = node.pairs[0][0]
         return Launch(self.path, self.loc(first), "config", args=args)
+
+
+# vLLM's OpenAI-server image (docker/Dockerfile: ENTRYPOINT ["vllm", "serve"]), under any registry prefix.
+_VLLM_IMAGE = re.compile(r"(?:^|/)vllm-openai(?::|@|$)")
+# Service keys only compose has (a Kubernetes container has none of them).
+_COMPOSE_ONLY = ("ipc", "shm_size", "restart", "runtime", "container_name", "healthcheck", "deploy", "depends_on")
 
 
 def _mentions(node: N) -> bool:

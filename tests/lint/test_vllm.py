@@ -25,12 +25,17 @@ EXPECTED = {
     "k8s/deployment.yaml": [("NSA153", 24), ("NSA250", 24), ("NSA251", 19), ("NSA252", 29)],
     # H200 (comment), GLM-5: the mxfp4 indexer cache needs SM10x.
     "compose/docker-compose.yaml": [("NSA152", 11)],
+    # The vllm/vllm-openai image's ENTRYPOINT ["vllm", "serve"] with Kubernetes `args` only: H200
+    # (nodeSelector), GLM-5, FA3 sparse forced with DCP 2.
+    "image/deployment.yaml": [("NSA150", 25)],
+    # The same image in compose (`command` = the arguments): bf16 KV on GB10 (sm121).
+    "image/compose.yaml": [("NSA153", 7), ("NSA250", 7), ("NSA251", 7)],
 }
 
 
 def test_bad_files_give_exactly_the_expected_findings():
     report = lint_paths([str(BAD)])
-    assert report.launches == 5
+    assert report.launches == 7
     for rel, expected in EXPECTED.items():
         assert findings(report, BAD / rel) == sorted(expected), rel
     assert {Path(d.loc.path).relative_to(BAD).as_posix() for d in report.diagnostics} == set(EXPECTED)
@@ -100,3 +105,12 @@ def test_force_mqa_flag_is_evaluated(tmp_path):
                       "vllm serve deepseek-ai/DeepSeek-V3.2 -ac.sparse_mla_force_mqa maybe\n")
     report = lint_paths([str(script)])
     assert findings(report) == [("NSA251", 3), ("NSA406", 4)]
+
+
+def test_vllm_image_with_its_entrypoint_replaced_is_no_launch(tmp_path):
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n"
+                        "    - name: tool\n      image: vllm/vllm-openai:v0.33.0\n"
+                        "      command: [python3, tool.py]\n      args: [--port, '9000']\n")
+    report = lint_paths([str(manifest)], LintOptions(device="sm120"))
+    assert report.launches == 0 and report.diagnostics == []
