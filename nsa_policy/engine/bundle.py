@@ -100,6 +100,9 @@ class BundleFile(_Strict):
     family_only_architectures: Optional[list[str]] = Field(
         default=None, description="architectures that get only the model-family overrides (attention backend, "
                                   "page size), not the KV dtype, backend and threshold defaults")
+    left_as_given: Optional[dict[str, list[str]]] = Field(
+        default=None, description="device class -> the outputs this engine release leaves as the user gave them "
+                                  "there (e.g. sglang 0.5.12-0.5.19 skip their DSA device block on XPU)")
 
 
 # ---------------------------------------------------------------- what a rule sets
@@ -300,6 +303,7 @@ class CompiledBundle:
     source: Optional[str]
     dsa_architectures: Optional[frozenset[str]] = None
     family_only_architectures: frozenset[str] = frozenset()
+    left_as_given: Mapping[str, frozenset[str]] = field(default_factory=dict)
     engine: str = "sglang"  # the serving engine its rules describe (bundle.yaml `engine`)
 
     def dsa_scope(self, family: Optional[str], architecture: Optional[str]) -> str:
@@ -485,7 +489,8 @@ class _Loader:
                 parent, stages, files = self.load(ref, seen + (key,))
             except InputError as exc:
                 raise RuleFileError(str(head_path), None, f"extends: {exc}") from None
-            inherited = {k: getattr(parent, k) for k in ("dsa_architectures", "family_only_architectures")
+            inherited = {k: getattr(parent, k) for k in ("dsa_architectures", "family_only_architectures",
+                                                         "left_as_given")
                          if getattr(head, k) is None and getattr(parent, k) is not None}
             head = head.model_copy(update=inherited)
         else:
@@ -662,11 +667,18 @@ def compile_bundle(name_or_dir: str, catalog: Optional[Catalog] = None, codes: O
             raise RuleFileError(str(bundle_path(name_or_dir) / BUNDLE_FILE), None,
                                 f"{key}: {unknown[0]!r} is not an architecture of the model catalog; "
                                 f"closest: {closest(unknown[0], sorted(known))!r}")
+    for cls, outs in (head.left_as_given or {}).items():
+        bad = [o for o in outs if o not in OUTPUT_FIELDS]
+        if cls not in catalog.device_doc.classes or bad:
+            raise RuleFileError(str(bundle_path(name_or_dir) / BUNDLE_FILE), None,
+                                f"left_as_given: {cls!r}: {bad or 'not a device class'}; valid classes: "
+                                f"{', '.join(catalog.device_doc.classes)}; outputs: {', '.join(OUTPUT_FIELDS)}")
     return CompiledBundle(name=head.name, description=head.description, compat=head.compat, chain=chain,
                           digest=h.hexdigest()[:16], stages=compiled, files=tuple(str(f) for f in files),
                           source=head.source,
                           dsa_architectures=None if head.dsa_architectures is None else frozenset(head.dsa_architectures),
                           family_only_architectures=frozenset(head.family_only_architectures or ()),
+                          left_as_given={k: frozenset(v) for k, v in (head.left_as_given or {}).items()},
                           engine=head.engine)
 
 

@@ -370,7 +370,8 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
                     run.order_reads.setdefault((rules[i].id, out), Agg()).add(
                         key, (seen, final, rules[setter].id if setter is not None else None))
         if rec[0] == "accepted":
-            decided = outputs_for(decision.engine, decision.dsa_scope)
+            given = bundle.left_as_given.get(decision.device_class, frozenset())  # the release leaves these alone
+            decided = [f for f in outputs_for(decision.engine, decision.dsa_scope) if f not in given]
             missing = tuple(f for f in ESSENTIAL if getattr(decision, f) is None and f in decided)
             if missing:
                 run.undecided.setdefault(missing, Agg()).add(key)

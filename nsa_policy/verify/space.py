@@ -433,6 +433,8 @@ SERVING_VARIANTS = (
     _cfg("default"),
     _cfg("dcp_size 2", dcp_size=2),
     _cfg("dcp_size 2 with HiSparse", dcp_size=2, enable_hisparse=True, disable_radix_cache=True),
+    # HiSparse on the variant architectures (family-only ones are validated on the values as given)
+    _cfg("HiSparse", enable_hisparse=True, disable_radix_cache=True),
     _cfg("prefill context parallel", enable_prefill_cp=True),
     _cfg("two-batch overlap", enable_two_batch_overlap=True),
 )
@@ -479,7 +481,7 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
                           Dim("kv_cache_dtype", (kv4.values[0], kv4.values[3])),
                           side("prefill", [None, names[0]]), Dim("hisparse", HISPARSE[:3:2]),
                           Dim("threshold", (_cfg("unset"), _thresholds(topk)[0])),
-                          Dim("serving", (SERVING_VARIANTS[0], SERVING_VARIANTS[4])))),
+                          Dim("serving", (SERVING_VARIANTS[0], SERVING_VARIANTS[5])))),
     )
     return Space(blocks, description="device classes × one catalog model per DSA family × KV dtypes × "
                                      "backend choices × shapes × HiSparse × thresholds × extras")
