@@ -11,8 +11,11 @@ def classes(report, kind, what=None):
 
 
 def test_removed_128k_override(sglang_diff):
+    # (the DSA-name variable, which 0.5.10 does not read, gives a second 131072 -> index_topk class whose
+    # cause is sglang.threshold.env-name-not-read; this one is the plain user/default case)
     [c] = [c for c in classes(sglang_diff, "output", "dense_attn_kv_len_threshold")
-           if c.cause_a == "sglang.threshold.128k-override" and (131072, 2048) in c.transitions]
+           if c.cause_a == "sglang.threshold.128k-override" and (131072, 2048) in c.transitions
+           and "threshold.index-topk" in str(c.cause_b)]
     assert set(c.transitions) == {(131072, 2048)}  # an explicit trtllm prefill: 131072 → index_topk
     from nsa_policy.verify.diff import region_of
 
