@@ -40,14 +40,12 @@ def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Deci
 def engine_for(policy: str, engine: Optional[str] = None, config: Any = None) -> str:
     """The engine of a call: given, else the config's own (a ServingConfig or mapping with `engine`),
     else the policy's (vllm-0.33 describes vLLM), else sglang."""
-    from nsa_policy.catalog.vllm import engine_of
-
-    if engine is not None:
-        return engine_of(engine)
     own = config.engine if isinstance(config, ServingConfig) else (
         config.get("engine") if isinstance(config, Mapping) else None)
-    if own is not None:
-        return engine_of(own, "config.engine")
+    if engine is not None or own is not None:
+        from nsa_policy.catalog.vllm import engine_of  # lazy: a plain sglang resolve never loads the vLLM catalog
+
+        return engine_of(engine) if engine is not None else engine_of(own, "config.engine")
     if policy == "default":
         return "sglang"
     return get_bundle(policy).engine

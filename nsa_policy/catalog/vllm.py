@@ -272,9 +272,8 @@ def load_vllm() -> VllmCatalog:
     return VllmCatalog()
 
 
-# The rule facts selector_facts reads: what a rule or value that runs vLLM's validation declares it reads.
-SELECTOR_READS = ("device.major", "out.requested_kv_cache_dtype", "config.page_size", "config.dcp_size",
-                  "config.prefill_context_parallel_size", "derived.heads_per_rank", "model.index_topk", "model.family")
+# The rule facts selector_facts reads are declared in catalog/vllm_reads.py (SELECTOR_READS), which imports
+# nothing heavy, so that the rule compiler can name them without loading this module.
 
 
 def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:

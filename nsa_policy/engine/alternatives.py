@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
-from nsa_policy.catalog.vllm import SELECTOR_READS
+from nsa_policy.catalog.vllm_reads import SELECTOR_READS
 
 # Fact paths an alternatives list reads beyond the ones spelt out: "pkg.*" = any installed package.
 ANY_PACKAGE = "pkg.*"

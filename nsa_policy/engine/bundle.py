@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nsa_policy.catalog.codes import CodeRegistry, load_codes
 from nsa_policy.catalog.paths import policy_dir
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
-from nsa_policy.catalog.vllm import SELECTOR_READS
+from nsa_policy.catalog.vllm_reads import SELECTOR_READS
 from nsa_policy.engine.alternatives import ANY_PACKAGE, Alternatives, compile_alternatives
 from nsa_policy.engine.conditions import Check, ConditionError, Explain, compile_condition
 from nsa_policy.engine.decision import OUTPUT_FIELDS, Level
