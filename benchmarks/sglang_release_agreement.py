@@ -319,13 +319,18 @@ def write_table() -> None:
                      f"{r['sglang_refuses']:,} | {r['oracle_s']:.0f} s | {r['ours_s']:.0f} s | "
                      f"{r['date'][:10]} |")
     lines += ["", END]
-    text = TABLE_DOC.read_text()
-    if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + "\n".join(lines) + rest.split(END, 1)[1]
+    replace_block(TABLE_DOC, lines, BEGIN, END)
+
+
+def replace_block(doc: Path, lines: list[str], begin: str, end: str, new_doc: str = "") -> None:
+    """Put the generated lines (from `begin` to `end`) in place of the doc's block, or at its end."""
+    text = doc.read_text() if doc.exists() else new_doc
+    if begin in text:
+        head, rest = text.split(begin, 1)
+        text = head + "\n".join(lines) + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
-    TABLE_DOC.write_text(text)
+    doc.write_text(text)
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from sglang_release_agreement import ARCHS, PROFILES, _flag, _model, run_oracle  # noqa: E402
+from sglang_release_agreement import ARCHS, PROFILES, _flag, _model, replace_block, run_oracle  # noqa: E402
 
 from nsa_policy.verify.engine_replay import agree, answer, outside  # noqa: E402
 
@@ -135,13 +135,7 @@ def write_table(data: dict[str, Any]) -> None:
                      f"{r['outside_dsa']:,} | {r['sglang_refuses']:,} | {r['oracle_s']:.0f} s ({r['jobs']}) | "
                      f"{r['ours_s']:.0f} s | {r['date'][:10]} | {r['machine']} |")
     lines += ["", END]
-    text = TABLE_DOC.read_text() if TABLE_DOC.exists() else "# sglang on Intel XPU: release bundles vs each release\n"
-    if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + "\n".join(lines) + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
-    TABLE_DOC.write_text(text)
+    replace_block(TABLE_DOC, lines, BEGIN, END, "# sglang on Intel XPU: release bundles vs each release\n")
 
 
 def main() -> None:

@@ -94,19 +94,11 @@ def backends(as_json: bool = typer.Option(False, "--json")) -> None:
 
 def policies(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the shipped policy bundles."""
-    from nsa_policy.catalog.args import load_args
-    from nsa_policy.engine.bundle import concrete_bundles, get_bundle, release_bundle
+    from nsa_policy.engine.bundle import concrete_bundles, get_bundle, release_owners
 
     try:
         # Which sglang releases each release bundle answers for (the newest bundle at or below each release).
-        answers: dict[str, list[str]] = {}
-        for release in load_args().releases:
-            try:
-                owner = release_bundle(f"sglang-{release}")
-            except NsaPolicyError:
-                continue  # older than every release bundle
-            if owner is not None:
-                answers.setdefault(owner, []).append(release)
+        answers = release_owners()
         rows: list[dict[str, Any]] = []
         for name in concrete_bundles():
             b = get_bundle(name)

@@ -45,7 +45,7 @@ from nsa_policy.engine.decision import OUTPUT_FIELDS, Level
 from nsa_policy.engine.namespace import all_paths, inputs_of, known_path
 from nsa_policy.engine.schema_load import validate_doc
 from nsa_policy.engine.yaml_lines import line_of, load_yaml
-from nsa_policy.errors import InputError, RuleFileError, closest
+from nsa_policy.errors import InputError, NsaPolicyError, RuleFileError, closest
 
 STAGES = ("input", "not_dsa", "kv_cache", "backends", "threshold", "page_size", "layout", "validate")
 BUNDLE_FILE = "bundle.yaml"
@@ -442,6 +442,21 @@ def release_bundle(name: str) -> Optional[str]:
 
 
 _VLLM_NAME = re.compile(r"^vllm-(\d+(?:\.\d+)+)$")
+
+
+def release_owners() -> dict[str, list[str]]:
+    """bundle → the sglang releases (of the argument registry) it answers for (see release_bundle)."""
+    from nsa_policy.catalog.args import load_args  # lazy: the registry is not needed to compile a bundle
+
+    owners: dict[str, list[str]] = {}
+    for release in load_args().releases:
+        try:
+            owner = release_bundle(f"sglang-{release}")
+        except NsaPolicyError:
+            continue  # older than every release bundle
+        if owner is not None:
+            owners.setdefault(owner, []).append(release)
+    return owners
 
 
 def vllm_release_bundle(name: str) -> Optional[str]:

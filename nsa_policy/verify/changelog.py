@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any, Optional
 
-from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles, release_bundle
+from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles, release_bundle, release_owners
 from nsa_policy.engine.decision import field_title
 from nsa_policy.verify.diff import ChangeClass, DiffReport, _fmt, _region_text, diff_runs, region_of
 from nsa_policy.verify.run import RECORD_FIELDS, run_space
@@ -69,22 +69,6 @@ def release_chain() -> list[str]:
 
     named = [(parse_version(v), b) for b in list_bundles() if (v := _version(b)) is not None]
     return [b for _, b in sorted(named)]
-
-
-def release_owners() -> dict[str, list[str]]:
-    """bundle → the sglang releases (of the argument registry) it answers for."""
-    from nsa_policy.catalog.args import load_args
-    from nsa_policy.errors import NsaPolicyError
-
-    owners: dict[str, list[str]] = {}
-    for release in load_args().releases:
-        try:
-            owner = release_bundle(f"sglang-{release}")
-        except NsaPolicyError:
-            continue  # older than every release bundle
-        if owner is not None:
-            owners.setdefault(owner, []).append(release)
-    return owners
 
 
 def _base(release: str) -> str:
