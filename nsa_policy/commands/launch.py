@@ -11,8 +11,20 @@ import typer
 from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
 
 if TYPE_CHECKING:
+    from nsa_policy.errors import PolicyError
     from nsa_policy.integration.launch import LaunchPlan
 
+
+
+def _rejected(exc: PolicyError, as_json: bool) -> typer.Exit:
+    """A rejected decision: its table and reason on stderr (and the JSON on stdout); nothing runs."""
+    from nsa_policy.commands._render import render_table  # lazy, as in the commands
+
+    print(render_table(exc.decision), file=sys.stderr)
+    print(str(exc), file=sys.stderr)
+    if as_json:
+        print(json.dumps({"rejected": True, "decision": exc.decision.model_dump(mode="json")}))
+    return typer.Exit(EXIT_REJECTED)
 
 def register(app: typer.Typer) -> None:
     # Options stop at the first word of the server command (or at `--`): everything from there on is
@@ -70,11 +82,7 @@ def launch(
         plan = plan_launch(list(command or []), policy=policy, device=device, model=model, sglang_version=sglang_version,
                            logger=logger)
     except PolicyError as exc:
-        print(render_table(exc.decision), file=sys.stderr)
-        print(str(exc), file=sys.stderr)
-        if as_json:
-            print(json.dumps({"rejected": True, "decision": exc.decision.model_dump(mode="json")}))
-        raise typer.Exit(EXIT_REJECTED) from None
+        raise _rejected(exc, as_json) from None
     except (NsaPolicyError, _LogWriteError) as exc:
         raise fail_usage(exc, as_json) from None
     finally:
@@ -131,11 +139,7 @@ def _launch_vllm(command: list[str], policy: str, device: str, model: Optional[s
     try:
         plan = plan_vllm_launch(command, policy=policy, device=device, model=model, env=os.environ)
     except PolicyError as exc:
-        print(render_table(exc.decision), file=sys.stderr)
-        print(str(exc), file=sys.stderr)
-        if as_json:
-            print(json.dumps({"rejected": True, "decision": exc.decision.model_dump(mode="json")}))
-        raise typer.Exit(EXIT_REJECTED) from None
+        raise _rejected(exc, as_json) from None
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
         raise fail_usage(exc, as_json) from None
     print(f"nsa-policy launch: target vLLM {VLLM_RELEASE} ({plan.decision.policy})", file=sys.stderr)
