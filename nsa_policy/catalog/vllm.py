@@ -65,6 +65,15 @@ class Crash(_Spec):
     reason: str
 
 
+class AfterSelection(_Spec):
+    """A configuration validate_configuration accepts but the backend's impl or metadata builder then
+    refuses (NotImplementedError at start-up): `when` over sel.* facts, vLLM's own message as `reason`."""
+
+    when: dict[str, Any]
+    reason: str
+    evidence: Tup[str] = ()
+
+
 class VllmBackend(_Spec):
     since: str
     sparse: bool
@@ -79,6 +88,7 @@ class VllmBackend(_Spec):
     combination: Tup[CombinationCheck] = ()
     kv_rewrite: Tup[KvRewrite] = ()
     crashes: Optional[Crash] = None
+    fails_after_selection: Tup[AfterSelection] = ()
     evidence: Tup[str] = ()
 
 
@@ -144,21 +154,28 @@ class VllmCatalog:
         self.args_doc, _ = load_doc(VllmArgsDoc, catalog_dir() / "vllm-args.yaml")
         self.backends: dict[str, VllmBackend] = self.doc.backends
         self._checks: dict[str, tuple[tuple[Check, str], ...]] = {}
+        self._later: dict[str, tuple[tuple[Check, str], ...]] = {}
         for name, spec in self.backends.items():
-            compiled = []
-            for i, c in enumerate(spec.combination):
-                try:
-                    check, _, reads = compile_condition(c.when)
-                except ValueError as exc:
-                    raise RuleFileError(str(path), None, f"backends.{name}.combination[{i}]: {exc}") from None
-                unknown = [r for r in reads if r not in SEL_FACTS]
-                unknown += [p for p in _PLACEHOLDER.findall(c.reason) if p not in SEL_FACTS]
-                if unknown:
-                    raise RuleFileError(str(path), None, f"backends.{name}.combination[{i}]: unknown fact "
-                                                         f"{unknown[0]!r}; valid: {', '.join(SEL_FACTS)}")
-                compiled.append((check, c.reason))
-            self._checks[name] = tuple(compiled)
+            self._checks[name] = self._compile_checks(path, f"backends.{name}.combination", spec.combination)
+            self._later[name] = self._compile_checks(path, f"backends.{name}.fails_after_selection",
+                                                     spec.fails_after_selection)
         self.arguments = {a.name: a for a in self.args_doc.arguments}
+
+    @staticmethod
+    def _compile_checks(path: Any, where: str, checks: Any) -> tuple[tuple[Check, str], ...]:
+        compiled = []
+        for i, c in enumerate(checks):
+            try:
+                check, _, reads = compile_condition(c.when)
+            except ValueError as exc:
+                raise RuleFileError(str(path), None, f"{where}[{i}]: {exc}") from None
+            unknown = [r for r in reads if r not in SEL_FACTS]
+            unknown += [p for p in _PLACEHOLDER.findall(c.reason) if p not in SEL_FACTS]
+            if unknown:
+                raise RuleFileError(str(path), None, f"{where}[{i}]: unknown fact {unknown[0]!r}; "
+                                                     f"valid: {', '.join(SEL_FACTS)}")
+            compiled.append((check, c.reason))
+        return tuple(compiled)
 
     # ------------------------------------------------------------ backends
 
@@ -202,6 +219,21 @@ class VllmCatalog:
                 out.append(_PLACEHOLDER.sub(lambda m: str(sel[m.group(1)]), reason))
                 break
         return tuple(out)
+
+    def fails_after_selection(self, backend: str, sel: Mapping[str, Any]) -> Optional[str]:
+        """vLLM's message when `backend`, accepted at selection, raises while the attention layers are built
+        here (FlashMLA sparse under DCP); None when it starts."""
+        for check, reason in self._later.get(backend, ()):
+            if check(sel):
+                return _PLACEHOLDER.sub(lambda m: str(sel[m.group(1)]), reason)
+        return None
+
+    def fails_here(self, backend: str, vendor: str, sel: Mapping[str, Any]) -> Optional[str]:
+        """Why `backend` fails after vLLM accepts it, on this vendor or in this configuration; None: it runs."""
+        spec = self.backends[backend]
+        if spec.crashes is not None and spec.crashes.vendor == vendor:
+            return spec.crashes.reason
+        return self.fails_after_selection(backend, sel)
 
     def stored_kv(self, backend: str, kv: str) -> str:
         """The KV dtype vLLM stores after selecting `backend` (its post-selection rewrite)."""

@@ -114,7 +114,7 @@ def _vllm_backends(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     sel, current = selector_facts(ns, catalog), ns["out.attention_backend"]
     return tuple(b for b, spec in v.backends.items()
                  if spec.sparse and b != current and not v.reasons(b, sel)
-                 and (spec.crashes is None or spec.crashes.vendor != ns["device.vendor"]))
+                 and v.fails_here(b, ns["device.vendor"], sel) is None)
 
 
 def _vllm_choices(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
@@ -132,14 +132,15 @@ def _vllm_kv_or_devices(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     found = []
     for kv in v.argument("kv_cache_dtype").choices or ():
         trial = {**sel, "sel.kv_cache_dtype": kv}
-        if kv != sel["sel.kv_cache_dtype"] and any(spec.sparse and not v.reasons(b, trial) for b, spec in v.backends.items()
-                                                   if spec.crashes is None or spec.crashes.vendor != ns["device.vendor"]):
+        if kv != sel["sel.kv_cache_dtype"] and any(spec.sparse and not v.reasons(b, trial)
+                                                   and v.fails_here(b, ns["device.vendor"], trial) is None
+                                                   for b, spec in v.backends.items()):
             found.append(f"kv_cache_dtype {kv}")
     return tuple(found) or ("a device with a vLLM sparse backend (sm90, sm100, sm103, sm120, sm121, ROCm)",)
 
 
-# vLLM's validation reads the selector facts (catalog/vllm.py SELECTOR_READS); a crashing backend is
-# passed over by the device's vendor, and the chosen backend is not its own alternative.
+# vLLM's validation reads the selector facts (catalog/vllm.py SELECTOR_READS); a backend that fails after
+# selection is passed over (by the device's vendor, or the selector facts), and the chosen backend is not its own alternative.
 _VLLM_KV_READS = (*SELECTOR_READS, "device.vendor")
 _VLLM_BACKENDS_READS = (*_VLLM_KV_READS, "out.attention_backend")
 

@@ -39,9 +39,11 @@ LAZY_PREFIXES = ("pkg.",)
 # vLLM facts (rules/catalog/vllm.yaml), computed on access from the outputs so far: whether the chosen
 # attention_backend passes vLLM's validate_configuration for the KV dtype at selection, its reasons
 # (as vLLM prints them), the dtype vLLM stores after its rewrite, the backend's dense short-prefill
-# path, a crash after selection on this vendor, vLLM's block-size choice; and two input checks.
+# path, a crash after selection on this vendor, a NotImplementedError while the layers are built in this
+# configuration (FlashMLA under DCP), vLLM's block-size choice; and two input checks.
 VLLM_PATHS = frozenset(f"vllm.{k}" for k in ("backend_known", "kv_known", "quantized_kv", "valid", "reasons",
-                                              "stored_kv", "dense_prefill", "crashes", "block_size",
+                                              "stored_kv", "dense_prefill", "crashes", "fails_after_selection",
+                                              "block_size",
                                               "indexer_mxfp4_ok", "indexer_dtype_known"))
 # sglang.<release>.lists_<phase>_backend: does that sglang release list the configured backend among
 # its --nsa/--dsa-<phase>-backend choices (catalog backends.yaml sglang_choice); None when unset/unknown.
@@ -217,6 +219,8 @@ def _vllm_fact(ns: FactNamespace, what: str) -> Any:
         return v.block_size(backend, vendor) if vendor in v.doc.indexer.block_sizes else None
     if kv is None:
         return None
+    if what == "fails_after_selection":
+        return v.fails_after_selection(backend, selector_facts(ns, ns.catalog))
     if what == "stored_kv":
         return v.stored_kv(backend, kv)
     reasons = v.reasons(backend, selector_facts(ns, ns.catalog))

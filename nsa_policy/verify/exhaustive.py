@@ -12,7 +12,7 @@ Findings (each with a minimal example input where one exists — fewest settings
 - stale-declaration: a `wins_over` that never decides anything;
 - order-read: a rule that read an output which a later rule then changed;
 - crash / undecided: an input that raises, or is accepted with an output left unset;
-- invariant: for non-compat bundles, the invariants in invariants.py.
+- invariant: for non-compat bundles, the invariants in invariants.py (vllm_invariants.py for vLLM bundles).
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def static_issues(bundle: CompiledBundle) -> list[Issue]:
     catalog, codes = load_catalog(), load_codes()
     out = []
     for rule in bundle.rules:
-        for problem in literal_problems(rule, catalog):
+        for problem in literal_problems(rule, catalog, bundle.engine):
             out.append(Issue("reference", rule.id, f"{rule.origin}: {problem}"))
         for problem in code_problems(rule, bundle, codes):
             out.append(Issue("reference", rule.id, f"{rule.origin}: {problem}"))
@@ -228,11 +228,10 @@ def load_for_check(policy: str) -> CompiledBundle:
     return get_bundle(policy)
 
 
-# The engines whose bundles `check` checks. Its invariants, undecided-output and reference analyses are
-# sglang's (its capability matrix, KV names, backend pairs): over vLLM's space (space.vllm_space) they
-# report vLLM's own semantics as findings. vLLM bundles are covered by their rule tests and the vLLM
-# differential replay (tests/check/test_vllm_replay.py) until check has vLLM invariants.
-CHECKED_ENGINES = ("sglang",)
+# The engines whose bundles `check` checks: each has its space (space.space_for), its invariants
+# (invariants.py, vllm_invariants.py), the literal values its rules may name (references._value_domains)
+# and the outputs its decisions hold (run.OPTIONAL_OUTPUTS). A new engine is added here once it has them.
+CHECKED_ENGINES = ("sglang", "vllm")
 
 
 def checked_bundles() -> list[str]:
@@ -259,9 +258,8 @@ def check_bundle(policy: str, *, space: Optional[Space] = None, workers: Optiona
         return CheckReport(bundle=policy, policy=policy, issues=[Issue("schema", exc.path, str(exc))],
                            seconds=time.perf_counter() - started)
     if bundle.engine not in CHECKED_ENGINES:
-        raise InputError("--policy", policy, hint=f"{bundle.name} describes {bundle.engine}: check's invariants "
-                         f"are {', '.join(CHECKED_ENGINES)}'s, so it does not check {bundle.engine} bundles yet "
-                         "(their rule tests and the vLLM differential replay do)")
+        raise InputError("--policy", policy, valid=list(CHECKED_ENGINES),
+                         hint=f"{bundle.name} describes engine {bundle.engine}; check has invariants for these engines")
     space = space or space_for([bundle])
     report = CheckReport(bundle=bundle.name, policy=policy, compat=bundle.compat, digest=bundle.digest,
                          inputs=len(space), space=space.summary())

@@ -21,6 +21,7 @@ from nsa_policy.catalog.store import KV_DTYPES, Catalog
 from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.facts import Facts
 from nsa_policy.engine.namespace import KV_ALIASES
+from nsa_policy.verify.vllm_invariants import VLLM_INVARIANTS, check_vllm_invariants
 
 INVARIANTS = {
     "backend-runs-here": "no backend is chosen where the capability matrix says it cannot run",
@@ -28,6 +29,7 @@ INVARIANTS = {
     "user-choice-kept": "an explicit valid user choice is never replaced",
     "rejection-lists-alternative": "every rejection lists at least one valid alternative when one exists",
     "accepted-passes-validations": "every accepted decision passes all validations",
+    **VLLM_INVARIANTS,
 }
 
 Violation = tuple[str, str, str]  # (invariant, detail key, message)
@@ -133,7 +135,10 @@ def _validations(decision: Decision, facts: Facts, catalog: Catalog) -> Iterator
 
 
 def check_invariants(decision: Decision, facts: Facts, catalog: Catalog) -> list[Violation]:
-    """Invariants 1, 2, 3 and 5 for one decision of a DSA model (4 needs the space)."""
+    """Invariants 1, 2, 3 and 5 for one decision of a DSA model (4 needs the space); a vLLM decision gets
+    vLLM's (vllm_invariants.py): sglang's read two backends, sglang's KV names and its layouts."""
+    if decision.engine == "vllm":
+        return check_vllm_invariants(decision, facts, catalog)
     out: list[Violation] = []
     out.extend(_backends_run(decision, facts, catalog))
     out.extend(_fp8_pairing(decision))

@@ -26,6 +26,7 @@ from nsa_policy.engine.evaluator import evaluate
 from nsa_policy.engine.namespace import KV_ALIASES, outputs_read
 from nsa_policy.verify.invariants import check_invariants  # imported here, not in forked workers
 from nsa_policy.verify.space import FactsBuilder, Point, Space
+from nsa_policy.verify.vllm_invariants import NOT_VLLM_OUTPUTS
 
 RECORD_FIELDS = RECORDED_FIELDS  # the Decision fields tagged `recorded`
 # Every DSA decision that is not rejected sets all its outputs.
@@ -35,6 +36,13 @@ FIELD_DIMS = {"kv_cache_dtype": "kv_cache_dtype", "nsa_prefill_backend": "prefil
               "tp_size": "parallel", "dp_size": "parallel", "enable_dp_attention": "parallel",
               "enable_hisparse": "hisparse", "disable_radix_cache": "hisparse", "page_size": "extra",
               "quantization": "extra", "dense_attn_kv_len_threshold": "threshold"}
+# the same over vLLM's space (space.vllm_space's dimensions)
+VLLM_FIELD_DIMS = {"kv_cache_dtype": "kv_cache_dtype", "attention_backend": "attention_backend",
+                   "tp_size": "parallel", "dcp_size": "parallel", "page_size": "block_size",
+                   "indexer_kv_dtype": "extra"}
+ENGINE_FIELD_DIMS = {"sglang": FIELD_DIMS, "vllm": VLLM_FIELD_DIMS}
+# Outputs an engine's decisions never set, so an accepted decision without them is not undecided.
+OPTIONAL_OUTPUTS = {"vllm": NOT_VLLM_OUTPUTS}
 
 
 def _reads_outputs(reads: tuple[str, ...]) -> tuple[str, ...]:
@@ -371,7 +379,8 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
                         key, (seen, final, rules[setter].id if setter is not None else None))
         if rec[0] == "accepted":
             given = bundle.left_as_given.get(decision.device_class, frozenset())  # the release leaves these alone
-            decided = [f for f in outputs_for(decision.engine, decision.dsa_scope) if f not in given]
+            decided = [f for f in outputs_for(decision.engine, decision.dsa_scope)
+                       if f not in given and f not in OPTIONAL_OUTPUTS.get(decision.engine, ())]
             missing = tuple(f for f in ESSENTIAL if getattr(decision, f) is None and f in decided)
             if missing:
                 run.undecided.setdefault(missing, Agg()).add(key)
@@ -379,7 +388,8 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
             for name, detail, message in check_invariants(decision, facts, catalog):
                 run.violations.setdefault((name, detail), Agg()).add(key, message)
             if rec[0] == "rejected" and not any(e.alternatives for e in decision.errors):
-                dims = tuple(sorted({FIELD_DIMS[f] for e in decision.errors for f in e.fields if f in FIELD_DIMS}))
+                field_dims = ENGINE_FIELD_DIMS.get(decision.engine, FIELD_DIMS)
+                dims = tuple(sorted({field_dims[f] for e in decision.errors for f in e.fields if f in field_dims}))
                 if dims:
                     run.no_alternatives.append((gi, dims, tuple(sorted({e.rule for e in decision.errors}))))
     run.matched = {r.id: b for r, b in zip(rules, matched)}

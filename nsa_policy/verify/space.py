@@ -16,6 +16,8 @@ rules can have while staying ~7·10^4 inputs per bundle:
   installed flashinfer versions}.
 - ``uncatalogued``: DSA families with no checkpoint in the catalog (mistral_large3), given as an
   architecture with index_topk and no head count (as a config.json may), × KV dtype × backend pair.
+- ``prefill_cp``: device × model × prefill context parallel layouts (strategy, DP, world size, PD role,
+  dcp); ``not_dsa_prefill_cp`` the same for a model without DSA (sglang's general CP checks).
 - ``not_dsa``: a model without DSA, with and without DSA flags.
 
 A point's *complexity* — how many of its values set something (a flag, a variable, a package) —
@@ -440,6 +442,24 @@ SERVING_VARIANTS = (
 )
 
 
+# Prefill context parallel as the sglang releases check it (strategy, DP, world size, PD role, dcp); the
+# generic switch of 0.5.10-0.5.19 with its zigzag default.
+PREFILL_CP_VARIANTS = (
+    _cfg("prefill CP interleave (tp8)", enable_prefill_cp=True, cp_strategy="interleave", tp_size=8),
+    _cfg("prefill CP zigzag (tp8)", enable_prefill_cp=True, cp_strategy="zigzag", tp_size=8),
+    _cfg("prefill CP without a strategy (tp8)", enable_prefill_cp=True, tp_size=8),
+    _cfg("prefill CP interleave (tp8 dp8 dp-attention)", enable_prefill_cp=True, cp_strategy="interleave",
+         tp_size=8, dp_size=8, enable_dp_attention=True),
+    _cfg("prefill CP zigzag (tp16)", enable_prefill_cp=True, cp_strategy="zigzag", tp_size=16),
+    _cfg("prefill CP interleave on a PD decode worker (tp8)", enable_prefill_cp=True, cp_strategy="interleave",
+         tp_size=8, disaggregation_mode="decode"),
+    _cfg("prefill CP interleave with dcp 2 (tp8)", enable_prefill_cp=True, cp_strategy="interleave", tp_size=8,
+         dcp_size=2),
+    _cfg("generic prefill CP switch, zigzag (tp8 dp8 dp-attention)", enable_prefill_context_parallel=True,
+         cp_strategy="zigzag", tp_size=8, dp_size=8, enable_dp_attention=True),
+)
+
+
 def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = None) -> Space:
     """The space `check` and `diff` enumerate. `bundles` only decide which catalog model stands for a family."""
     catalog = catalog or load_catalog()
@@ -476,6 +496,9 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
             side("prefill", all_choices), side("decode", all_choices)))] if uncatalogued_families(catalog) else []),
         Block("variants", (device, Dim("model", _model_variants(topk), counts_for_size=False), kv3,
                            side("prefill", all_choices), Dim("serving", SERVING_VARIANTS))),
+        Block("prefill_cp", (device, model, Dim("prefill_cp", PREFILL_CP_VARIANTS))),
+        Block("not_dsa_prefill_cp", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
+                                                 counts_for_size=False), Dim("prefill_cp", PREFILL_CP_VARIANTS))),
         Block("not_dsa", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                       counts_for_size=False),
                           Dim("kv_cache_dtype", (kv4.values[0], kv4.values[3])),
@@ -493,6 +516,7 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
 _VLLM_FLAGS = {"attention_backend": "--attention-backend", "page_size": "--block-size"}
 VLLM_INVALID_BACKEND = "FLASHMLA_SPARS"  # a typo of a real name, so NSA050's "did you mean" runs
 VLLM_INVALID_KV = "fp8_e3m4"
+VLLM_INVALID_INDEXER = "fp4"
 
 
 def vllm_space(catalog: Optional[Catalog] = None) -> Space:
@@ -503,7 +527,10 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
     - ``selection``: device × model × KV dtype × forced backend × TP/DCP shape.
     - ``block_size``: device × model × KV dtype × forced backend × block size (tp1).
     - ``extras``: device × model × KV dtype × {indexer KV dtype, PCP, forced MQA} (auto selection).
-    - ``input``: unknown backend and KV dtype names, a lower-case backend, × KV dtype.
+    - ``input``: unknown backend and KV dtype names, a lower-case backend, × KV dtype × {an unknown indexer
+      dtype, a TP size the heads do not split over}.
+    - ``other_devices``: Intel XPU and CPU (refused with NSA155) × model × KV dtype × {auto, one forced}.
+    - ``not_dsa``: a model without DSA on every device.
     """
     from nsa_policy.catalog.vllm import load_vllm
 
@@ -521,7 +548,9 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
     forced = Dim("attention_backend", (_cfg("unset"),) + tuple(
         _cfg(b, attention_backend=b) for b in v.backend_names))
     shapes = Dim("parallel", (_cfg("tp1"), _cfg("tp2", tp_size=2), _cfg("tp4", tp_size=4), _cfg("tp8", tp_size=8),
-                              _cfg("tp16", tp_size=16), _cfg("tp8 dcp2", tp_size=8, dcp_size=2)))
+                              _cfg("tp16", tp_size=16), _cfg("tp8 dcp2", tp_size=8, dcp_size=2),
+                              # 32+ heads per rank under DCP: FlashMLA's builder refuses it after selection
+                              _cfg("tp2 dcp2", tp_size=2, dcp_size=2)))
     blocks = Dim("block_size", tuple(_cfg(f"block_size {n}", page_size=n) for n in (1, 16, 32, 64)))
     extras = Dim("extra", (
         _cfg("indexer_kv_dtype fp8", indexer_kv_dtype="fp8"),
@@ -533,13 +562,22 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
                                     _cfg("flashmla_sparse (lower case)", attention_backend="flashmla_sparse")))
     bad_kv = Dim("kv_cache_dtype", (_cfg("auto"), _cfg("fp8", kv_cache_dtype="fp8"),
                                     _cfg(VLLM_INVALID_KV, kv_cache_dtype=VLLM_INVALID_KV)))
+    bad_other = Dim("input", (_cfg("valid"), _cfg(f"indexer_kv_dtype {VLLM_INVALID_INDEXER}",
+                                                   indexer_kv_dtype=VLLM_INVALID_INDEXER),
+                              _cfg("tp6 (heads do not split)", tp_size=6)))
+    # devices vLLM's DSA catalog does not describe (Intel XPU, CPU): the bundles must refuse them with a finding
+    others = Dim("device", tuple(Value(label=c, device=c, covers=(c,)) for c in catalog.device_doc.classes
+                                 if catalog.device(c).vendor not in v.doc.indexer.block_sizes), counts_for_size=False)
+    not_dsa = Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),), counts_for_size=False)
     return Space((
         Block("selection", (device, model, kv, forced, shapes), engine="vllm"),
         Block("block_size", (device, model, kv, forced, blocks), engine="vllm"),
         Block("extras", (device, model, kv, extras), engine="vllm"),
-        Block("input", (device, model, bad_kv, bad), engine="vllm"),
+        Block("input", (device, model, bad_kv, bad, bad_other), engine="vllm"),
+        Block("other_devices", (others, model, kv, Dim("attention_backend", forced.values[:2])), engine="vllm"),
+        Block("not_dsa", (device, not_dsa, bad_kv), engine="vllm"),
     ), description="vLLM: device classes × one catalog model per vLLM DSA family × KV dtypes × forced backends × "
-                   "TP/DCP shapes × block sizes × attention-config options")
+                   "TP/DCP shapes × block sizes × attention-config options; XPU/CPU; a model without DSA")
 
 
 def space_for(bundles: Sequence[Any], catalog: Optional[Catalog] = None) -> Space:

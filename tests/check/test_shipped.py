@@ -8,10 +8,10 @@ def test_every_shipped_bundle_is_checked(shipped_reports):
     from nsa_policy.verify.exhaustive import CHECKED_ENGINES, unchecked_bundles
 
     assert set(shipped_reports) == set(concrete_bundles()) - set(unchecked_bundles()) >= {
-        "default", "sglang-0.5.10", "sglang-pre-21783"}
-    # only another engine's bundles are left out (vLLM's, until check has vLLM invariants)
-    assert CHECKED_ENGINES == ("sglang",)
-    assert {get_bundle(n).engine for n in unchecked_bundles()} <= {"vllm"}
+        "default", "sglang-0.5.10", "sglang-pre-21783", "vllm-0.33", "vllm-default"}
+    # check has each engine's invariants (vLLM's in verify/vllm_invariants.py): no shipped bundle is left out
+    assert CHECKED_ENGINES == ("sglang", "vllm")
+    assert unchecked_bundles() == []
 
 
 def test_shipped_bundles_have_no_findings(shipped_reports):

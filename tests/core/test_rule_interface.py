@@ -232,5 +232,6 @@ def test_vllm_bundles_are_evaluated_over_vllm_s_own_space() -> None:
     assert "--engine vllm" in space.point(0).command("vllm-default")
     with pytest.raises(InputError, match="different engines"):
         space_for([vllm[0], get_bundle("default")])
-    with pytest.raises(InputError, match="does not check vllm bundles"):
-        check_bundle(vllm[0].name)
+    # check runs vLLM's invariants over that space; XPU and CPU are in it, refused with NSA155
+    assert {"xpu", "cpu"} <= {d for b in space.summary() for d in b["dimensions"]["device"]}
+    assert check_bundle("vllm-0.33", quiet=True).ok
