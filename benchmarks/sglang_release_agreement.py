@@ -105,7 +105,8 @@ def _model(arch: str, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def full_grid(release: str) -> Iterator[dict[str, Any]]:
     """>= 40,000 inputs: (A) every backend pair for DeepSeek-V3.2 and GLM-5, three profiles each;
-    (B) every architecture with fewer backend values and five kv spellings, one profile each."""
+    (B) every architecture with fewer backend values and five kv spellings, one profile each;
+    (C) prefill context parallel: every CP spelling under each parallel layout (cp_grid)."""
     flag = _flag(release)
     names = list(PROFILES)
     n = 0
@@ -134,6 +135,57 @@ def full_grid(release: str) -> Iterator[dict[str, Any]]:
         n += 1
         yield item(dev, pre, base, cfg, kv, p, d, names[(row * 5) % len(names)])
         row += 1
+    yield from cp_grid(release, start=n)
+
+
+# Prefill context parallel (section C of the full grid): every spelling any release reads, each
+# alone and with each mode/strategy, under the parallel layouts CP's checks read.
+def _cp_spellings(release: str) -> dict[str, list[str]]:
+    flag = _flag(release)
+    return {
+        "cp-off": [],
+        "cp": ["--enable-prefill-cp"],
+        "cp-zigzag": ["--enable-prefill-cp", "--cp-strategy", "zigzag"],
+        "cp-interleave": ["--enable-prefill-cp", "--cp-strategy", "interleave"],
+        "dsa-cp": [f"--enable-{flag}-prefill-context-parallel"],
+        "dsa-cp-in-seq": [f"--enable-{flag}-prefill-context-parallel", f"--{flag}-prefill-cp-mode", "in-seq-split"],
+        "dsa-cp-round-robin": [f"--enable-{flag}-prefill-context-parallel", f"--{flag}-prefill-cp-mode",
+                               "round-robin-split"],
+        "generic-cp": ["--enable-prefill-context-parallel"],
+        "generic-cp-in-seq": ["--enable-prefill-context-parallel", "--prefill-cp-mode", "in-seq-split"],
+    }
+
+
+CP_LAYOUTS: dict[str, list[str]] = {
+    "tp1": [],
+    "tp4": ["--tp-size", "4"],
+    "tp8": ["--tp-size", "8"],
+    "tp8-dp8": ["--tp-size", "8", "--dp-size", "8", "--enable-dp-attention"],
+    "tp8-dp2": ["--tp-size", "8", "--dp-size", "2", "--enable-dp-attention"],
+    "tp8-attn-dp8": ["--tp-size", "8", "--attn-dp-size", "8"],
+    "tp8-decode": ["--tp-size", "8", "--disaggregation-mode", "decode"],
+    "tp8-dcp2": ["--tp-size", "8", "--dcp-size", "2"],
+    "tp16": ["--tp-size", "16"],
+}
+CP_MODELS = ["ds32", "glm5", "HYV4ForCausalLM", "LongcatFlashForCausalLM", "non-dsa"]
+CP_BACKENDS = [(None, None), ("flashmla_sparse", "flashmla_kv"), ("trtllm", "trtllm"), ("tilelang", "tilelang")]
+
+
+def cp_grid(release: str, start: int = 200000) -> Iterator[dict[str, Any]]:
+    """Section C: devices x models x CP spellings x parallel layouts, twice, kv dtype and backend pair
+    by rotation."""
+    flag, n, row = _flag(release), start, 0
+    for (dev, pre), model, (cp, cp_argv), (layout, lay_argv), copy in itertools.product(
+            DEVICE_VARIANTS, CP_MODELS, _cp_spellings(release).items(), CP_LAYOUTS.items(), range(2)):
+        base, cfg = (model, {}) if model == "glm5" else _model("DeepseekV32ForCausalLM" if model == "ds32" else model, {})
+        kv = ("auto", "fp8_e4m3", "bfloat16")[(row + copy) % 3]
+        p, d = CP_BACKENDS[(row // 3 + 2 * copy) % len(CP_BACKENDS)]
+        argv = ["--kv-cache-dtype", kv] + ([f"--{flag}-prefill-backend", p] if p else []) \
+            + ([f"--{flag}-decode-backend", d] if d else []) + cp_argv + lay_argv
+        n += 1
+        row += 1
+        yield {"id": n, "device": dev, "preshuffle": pre, "model": base, "config": cfg, "argv": argv, "env": {},
+               "profile": f"{cp}/{layout}"}
 
 
 def main_grid(release: str) -> Iterator[dict[str, Any]]:
@@ -172,7 +224,7 @@ def variant_grid(release: str) -> Iterator[dict[str, Any]]:
                "env": envs[e]}
 
 
-GRIDS = {"full": full_grid, "main": main_grid, "variants": variant_grid}
+GRIDS = {"full": full_grid, "main": main_grid, "variants": variant_grid, "cp": cp_grid}
 
 
 # nsa-policy's side: nsa_policy.verify.engine_replay (shared with the CI replay) -----------------------

@@ -25,7 +25,17 @@ ATTN_DP_NAMES: tuple[str, ...] = tuple(a.name for a in load_args().argument("att
 PACKAGES = ("flashinfer-python", "sgl-kernel", "tilelang", "flashinfer-cubin", "flashinfer-jit-cache", "sglang", "triton")
 
 
+# field → {old value: the value it names now}: renamed choices the policy reads under their new name
+# (cp_strategy's in-seq-split is zigzag); from the registry's choice_aliases.
+VALUE_ALIASES: dict[str, dict[str, str]] = {
+    a.field: {c.value: c.canonical for c in a.choice_aliases}
+    for a in load_args().arguments.values() if a.field and a.choice_aliases}
+
+
 def _validate_config(values: dict[str, Any]) -> ServingConfig:
+    for name, aliases in VALUE_ALIASES.items():
+        if isinstance(values.get(name), str) and values[name] in aliases:
+            values[name] = aliases[values[name]]
     try:
         return ServingConfig(**values)
     except ValidationError as exc:
@@ -91,6 +101,11 @@ def config_from(obj: Any, engine: Optional[str] = None) -> ServingConfig:
                 _merge(values, name, value, key)
         for key, value in attn_dp:  # after dp_size: it sets the attention-DP width
             _attn_dp(values, value, key)
+        reg = load_args()  # a legacy switch carries its mode's default (--enable-nsa-prefill-context-parallel)
+        for arg, value in reg.implied(spellings_from(obj), {n for n in values}).items():
+            field = reg.argument(arg).field
+            if field is not None and field not in values:
+                values[field] = value
         return _validate_config(values)
     for name in CONFIG_FIELDS:
         value = getattr(obj, name, None)

@@ -69,6 +69,10 @@ class Spelling(_Ranged):
     use: Optional[str] = Field(
         default=None, description="what the release's deprecation warning says to use instead, when not the "
                                   "argument's canonical flag (--enable-dp-attention: '--attn-dp-size <dp-size>')")
+    implies: Optional[dict[str, str]] = Field(
+        default=None, description="arguments this switch sets when the command leaves them unset, as the release's "
+                                  "parser default does (--enable-nsa-prefill-context-parallel: its mode's default "
+                                  "round-robin-split, cp_strategy interleave)")
 
     def status(self, release: Version) -> SpellingStatus:
         if self.nsa_policy_only:
@@ -356,6 +360,18 @@ class ArgRegistry:
     def unset_values(self) -> dict[str, tuple[object, ...]]:
         """Decision output → the values that mean 'unset' (None, plus the argument's 'engine decides' values)."""
         return {arg.output: (None, *arg.unset_values) for arg in self.doc.arguments if arg.output and arg.unset_values}
+
+    def implied(self, flags: Any, given: Any) -> dict[str, Any]:
+        """argument → value the given switches imply where `given` (argument names) leaves it unset."""
+        out: dict[str, Any] = {}
+        for flag in flags:
+            hit = self.by_flag.get(flag)
+            if hit is None or not hit[1].implies:
+                continue
+            for arg, value in hit[1].implies.items():
+                if arg not in given and arg not in out:
+                    out[arg] = value
+        return out
 
     def cli_flags(self, arg: str) -> tuple[str, ...]:
         """Every flag nsa-policy's own CLI accepts for an argument: sglang's spellings of any release, then its own."""

@@ -102,7 +102,13 @@ class ServingConfig(Frozen):
     speculative_num_draft_tokens: Optional[int] = Field(default=None, ge=1)
     # Read by the sglang compatibility bundles of later releases (SGLANG-RELEASES.md §4).
     dcp_size: int = Field(default=1, ge=1, description="decode context parallel size (sglang 0.5.15+); 0.5.22: > 1 -> trtllm")
-    enable_prefill_cp: bool = Field(default=False, description="prefill context parallel (HYV4 refuses it, sglang 0.5.20+)")
+    enable_prefill_cp: bool = Field(default=False, description="DSA prefill context parallel (--enable-prefill-cp)")
+    cp_strategy: Optional[Literal["zigzag", "interleave"]] = Field(
+        default=None, description="prefill CP layout; the pre-0.5.14 mode names in-seq-split/round-robin-split "
+                                  "are the same layouts")
+    enable_prefill_context_parallel: bool = Field(
+        default=False, description="the generic prefill CP switch: no DSA effect up to 0.5.13, "
+                                   "--enable-prefill-cp in 0.5.14-0.5.19")
     enable_two_batch_overlap: bool = Field(default=False, description="TBO; refused with index-topk sharing (0.5.13+)")
     disaggregation_mode: str = Field(default="null", description="PD disaggregation: null, prefill or decode")
     enable_hierarchical_cache: bool = Field(default=False, description="HiCache; refused with dcp_size > 1 (0.5.22+)")

@@ -115,6 +115,8 @@ def parse_command(argv: Sequence[str]) -> ParsedCommand:
         occurrences.append(Occurrence(index=i, flag=flag, arg=arg, value=value, inline=bool(eq)))
         values[arg] = value
         i += step
+    # a legacy switch carries its mode's default when the command gives no mode (cp_strategy interleave)
+    values.update(load_args().implied([o.flag for o in occurrences], values))
     return ParsedCommand(argv=tuple(argv), occurrences=tuple(occurrences), values=values, has_config_file=has_config)
 
 

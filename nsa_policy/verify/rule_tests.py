@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,9 @@ class RuleTestFile(_Strict):
     # runs against the bundle under test whatever `policy` says (docs/rule-tests.md).
     policy: str | None = None
     source: str | None = None
+    # Later shipped bundles that inherit the rules these cases test unchanged: the cases run against
+    # them too, instead of a copy in each of their tests folders.
+    also: list[str] = []
     cases: list[CaseSpec] = Field(min_length=1)
 
 
@@ -209,6 +213,26 @@ def bundle_test_files(folder: Path) -> list[Path]:
     return sorted((folder / TESTS_DIR).glob("*.yaml"))
 
 
+def shared_test_files(bundle: str) -> list[tuple[str, Path]]:
+    """(owner bundle, file) of the shipped test files whose `also` names `bundle`."""
+    return [(owner, path) for owner, path, also in _shared_index() if bundle in also]
+
+
+@lru_cache(maxsize=1)
+def _shared_index() -> tuple[tuple[str, Path, tuple[str, ...]], ...]:
+    out = []
+    for path in sorted(policy_dir().glob(f"*/{TESTS_DIR}/*.yaml")):
+        data = load_yaml(path)
+        also = data.get("also") if isinstance(data, dict) else None
+        if also:
+            unknown = [b for b in also if not (policy_dir() / str(b) / "bundle.yaml").is_file()]
+            if unknown:
+                raise RuleFileError(str(path), line_of(data, ["also"]) or 0,
+                                    f"also: no shipped bundle {unknown[0]!r}")
+            out.append((path.parent.parent.name, path, tuple(str(b) for b in also)))
+    return tuple(out)
+
+
 def load_files(paths: Sequence[Path]) -> list[RuleTestCase]:
     """Cases of several files; a name used twice across them is an error at the second one's line."""
     out: list[RuleTestCase] = []
@@ -294,6 +318,7 @@ def _runs(folder: Path, extra_paths: Sequence[Path]) -> list[RuleTestRun]:
         targets = [(target, get_bundle(target).name)]
         groups = [(_head(a).name, bundle_test_files(a)) for a in abstract_ancestors(folder, target)]
         groups.append((head.name, bundle_test_files(folder)))
+        groups += [(owner, [path]) for owner, path in shared_test_files(head.name)]
     loaded = [(who, files, tuple(load_files(files))) for who, files in groups if files]
     if extra_paths:
         loaded.append(("--cases", list(extra_paths), tuple(c for p in extra_paths for c in load_test_file(p))))
