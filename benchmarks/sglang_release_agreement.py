@@ -106,7 +106,8 @@ def _model(arch: str, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def full_grid(release: str) -> Iterator[dict[str, Any]]:
     """>= 40,000 inputs: (A) every backend pair for DeepSeek-V3.2 and GLM-5, three profiles each;
     (B) every architecture with fewer backend values and five kv spellings, one profile each;
-    (C) prefill context parallel: every CP spelling under each parallel layout (cp_grid)."""
+    (C) prefill context parallel: every CP spelling under each parallel layout (cp_grid);
+    (D) the DSA cache layer split with and without interleave CP on a PD prefill worker."""
     flag = _flag(release)
     names = list(PROFILES)
     n = 0
@@ -136,6 +137,7 @@ def full_grid(release: str) -> Iterator[dict[str, Any]]:
         yield item(dev, pre, base, cfg, kv, p, d, names[(row * 5) % len(names)])
         row += 1
     yield from cp_grid(release, start=n)
+    yield from layer_split_grid(release, start=n + 100000)
 
 
 # Prefill context parallel (section C of the full grid): every spelling any release reads, each
@@ -186,6 +188,31 @@ def cp_grid(release: str, start: int = 200000) -> Iterator[dict[str, Any]]:
         row += 1
         yield {"id": n, "device": dev, "preshuffle": pre, "model": base, "config": cfg, "argv": argv, "env": {},
                "profile": f"{cp}/{layout}"}
+
+
+LAYER_SPLIT: dict[str, list[str]] = {
+    "split": ["--enable-dsa-cache-layer-split"],
+    "split-cp-prefill": ["--enable-dsa-cache-layer-split", "--enable-prefill-cp", "--cp-strategy", "interleave",
+                         "--disaggregation-mode", "prefill"],
+    "split-cp": ["--enable-dsa-cache-layer-split", "--enable-prefill-cp", "--cp-strategy", "interleave"],
+    "split-zigzag-prefill": ["--enable-dsa-cache-layer-split", "--enable-prefill-cp", "--cp-strategy", "zigzag",
+                             "--disaggregation-mode", "prefill"],
+    "split-cp-decode": ["--enable-dsa-cache-layer-split", "--enable-prefill-cp", "--cp-strategy", "interleave",
+                        "--disaggregation-mode", "decode"],
+}
+
+
+def layer_split_grid(release: str, start: int) -> Iterator[dict[str, Any]]:
+    """Section D: --enable-dsa-cache-layer-split (0.5.16+) with and without interleave CP on a PD prefill worker."""
+    n, row = start, 0
+    for (dev, pre), model, (name, argv), copy in itertools.product(
+            DEVICE_VARIANTS, ("ds32", "glm5", "LongcatFlashForCausalLM", "non-dsa"), LAYER_SPLIT.items(), range(2)):
+        base, cfg = (model, {}) if model == "glm5" else _model("DeepseekV32ForCausalLM" if model == "ds32" else model, {})
+        kv = ("auto", "fp8_e4m3", "bfloat16")[(row + copy) % 3]
+        n += 1
+        row += 1
+        yield {"id": n, "device": dev, "preshuffle": pre, "model": base, "config": cfg,
+               "argv": ["--kv-cache-dtype", kv, "--tp-size", "8"] + argv, "env": {}, "profile": name}
 
 
 def main_grid(release: str) -> Iterator[dict[str, Any]]:

@@ -109,6 +109,8 @@ class ServingConfig(Frozen):
     enable_prefill_context_parallel: bool = Field(
         default=False, description="the generic prefill CP switch: no DSA effect up to 0.5.13, "
                                    "--enable-prefill-cp in 0.5.14-0.5.19")
+    enable_dsa_cache_layer_split: bool = Field(
+        default=False, description="split the DSA cache by layer over the prefill-CP ranks (sglang 0.5.16+)")
     enable_two_batch_overlap: bool = Field(default=False, description="TBO; refused with index-topk sharing (0.5.13+)")
     disaggregation_mode: str = Field(default="null", description="PD disaggregation: null, prefill or decode")
     enable_hierarchical_cache: bool = Field(default=False, description="HiCache; refused with dcp_size > 1 (0.5.22+)")

@@ -457,6 +457,9 @@ PREFILL_CP_VARIANTS = (
          dcp_size=2),
     _cfg("generic prefill CP switch, zigzag (tp8 dp8 dp-attention)", enable_prefill_context_parallel=True,
          cp_strategy="zigzag", tp_size=8, dp_size=8, enable_dp_attention=True),
+    _cfg("DSA cache layer split, interleave CP, PD prefill (tp8)", enable_dsa_cache_layer_split=True,
+         enable_prefill_cp=True, cp_strategy="interleave", tp_size=8, disaggregation_mode="prefill"),
+    _cfg("DSA cache layer split without CP (tp8)", enable_dsa_cache_layer_split=True, tp_size=8),
 )
 
 
