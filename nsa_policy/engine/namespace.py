@@ -26,7 +26,7 @@ STATIC_PATHS = frozenset(
     + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
                              "dsa_hip_disable_preshuffle", "nsa_threshold_set", "dsa_threshold_set",
                              "dsa_threshold", "threshold_conflict")]
-    + [f"derived.{k}" for k in ("attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
+    + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
     + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
                                "dsa_flags_set", "spellings")]
@@ -78,6 +78,7 @@ _FAMILY_INPUTS = {
     "out": _EVERYTHING, "cap": _EVERYTHING, "req": _EVERYTHING, "pad": _EVERYTHING,
 }
 _PATH_INPUTS = {
+    "derived.tp_size": frozenset({"config"}),
     "derived.attn_tp_size": frozenset({"config"}), "derived.tp_divisible": frozenset({"config"}),
     "derived.heads_per_rank": frozenset({"model", "config"}), "derived.heads_divisible": frozenset({"model", "config"}),
     # vLLM's input checks read the flags alone; its MXFP4 indexer check the device alone
@@ -295,6 +296,7 @@ def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
     ns.update({
         "env.dense_attn_kv_len_threshold": e.dense_attn_kv_len_threshold,
         "env.threshold_env_var": e.threshold_env_var,
+        "derived.tp_size": effective_tp_size(c),  # the world size sglang's CP checks compare with 8
         "derived.attn_tp_size": x.attn_tp_size, "derived.heads_per_rank": x.heads_per_rank,
         "derived.tp_divisible": (effective_tp_size(c) % c.dp_size == 0) if c.enable_dp_attention else True,
         "derived.heads_divisible": (m.num_attention_heads % x.attn_tp_size == 0) if m.num_attention_heads else True,
