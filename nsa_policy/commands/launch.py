@@ -42,6 +42,9 @@ def launch(
     sglang_version: Optional[str] = typer.Option(
         None, "--sglang-version", help="The sglang release the command starts (default: ask the command's own interpreter; "
                                        "unknown: the newest release nsa-policy knows)."),
+    vllm_version: Optional[str] = typer.Option(
+        None, "--vllm-version", help="The vLLM release a `vllm serve` command starts (default: the vllm installed "
+                                     "here; none: the newest release nsa-policy knows)."),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="Print the final command (shell-quoted, env additions in front) and what the "
                                       "release decides on its own, instead of running it."),
@@ -76,8 +79,13 @@ def launch(
     if is_vllm_command(command or []):
         if handler is not None:
             logger.removeHandler(handler)
-        _launch_vllm(list(command or []), policy, device, model, sglang_version, dry_run, as_json)
+        _launch_vllm(list(command or []), policy, device, model, sglang_version, vllm_version, dry_run, as_json)
         return
+    if vllm_version is not None:
+        from nsa_policy.errors import InputError
+
+        raise fail_usage(InputError("--vllm-version", vllm_version,
+                                    hint="the command is not a `vllm serve` launch; drop --vllm-version"), as_json)
     try:
         plan = plan_launch(list(command or []), policy=policy, device=device, model=model, sglang_version=sglang_version,
                            logger=logger)
@@ -124,32 +132,35 @@ def launch(
 
 
 def _launch_vllm(command: list[str], policy: str, device: str, model: Optional[str], sglang_version: Optional[str],
-                 dry_run: bool, as_json: bool) -> None:
-    """`launch -- vllm serve …`: resolve with a vLLM bundle, add the flags vLLM 0.33.0 reads, exec."""
+                 vllm_version: Optional[str], dry_run: bool, as_json: bool) -> None:
+    """`launch -- vllm serve …`: resolve with a vLLM bundle, add the flags the target vLLM release reads, exec."""
     import os
 
     from nsa_policy.commands._render import render_table
     from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError, PolicyError
-    from nsa_policy.integration.launch_vllm import VLLM_RELEASE, plan_vllm_launch
+    from nsa_policy.integration.launch_vllm import plan_vllm_launch
 
     if sglang_version is not None:
         raise fail_usage(InputError("--sglang-version", sglang_version,
-                                    hint=f"a vllm serve command targets vLLM {VLLM_RELEASE}; drop --sglang-version"),
-                         as_json)
+                                    hint="a vllm serve command targets a vLLM release; use --vllm-version"), as_json)
     try:
-        plan = plan_vllm_launch(command, policy=policy, device=device, model=model, env=os.environ)
+        plan = plan_vllm_launch(command, policy=policy, device=device, model=model, env=os.environ,
+                                vllm_version=vllm_version)
     except PolicyError as exc:
         raise _rejected(exc, as_json) from None
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
         raise fail_usage(exc, as_json) from None
-    print(f"nsa-policy launch: target vLLM {VLLM_RELEASE} ({plan.decision.policy})", file=sys.stderr)
+    print(f"nsa-policy launch: target {plan.release_why} ({plan.decision.policy})", file=sys.stderr)
     print(render_table(plan.decision), file=sys.stderr)
     print("nsa-policy launch: " + (("adding " + ", ".join(plan.added_flags)) if plan.added_flags else "no flag to add"),
           file=sys.stderr)
+    for note in plan.notes:
+        print(f"nsa-policy launch: note: {note}", file=sys.stderr)
     if dry_run:
         if as_json:
             print(json.dumps({"argv": plan.argv, "added_flags": plan.added_flags, "command": plan.shell_line(),
-                              "engine": "vllm", "vllm": VLLM_RELEASE, "decision": plan.decision.model_dump(mode="json")}))
+                              "engine": "vllm", "vllm": plan.release, "notes": plan.notes,
+                              "decision": plan.decision.model_dump(mode="json")}))
         else:
             print(plan.shell_line())
         raise typer.Exit(EXIT_OK)

@@ -292,15 +292,19 @@ class Structured:
 
     def config(self, node: N) -> Optional[Launch]:
         keys = [k.value for k, _ in node.pairs if isinstance(k.value, str)]
+        if "model" in keys and not any(k in ("model-path", "model_path") for k in keys):
+            vllm = self.vllm_config(node, keys)  # `model` is vLLM's name for it (sglang's is model-path)
+            if vllm is not None:
+                return vllm
         known = sum(1 for k in keys if self.reg.get(k) is not None)
         # One key alone ({kv_cache_dtype: x}) is too little to call a mapping a server configuration, and
         # so is a record whose keys are mostly something else (a decision, a benchmark result).
         if known < 2:
-            return None
+            return self.vllm_config(node, keys)
         dsa = any(self.reg.is_dsa_key(k) for k in keys)
         model = any(k in ("model-path", "model_path") for k in keys)
         if not (model or (dsa and 2 * known >= len(keys))):
-            return None
+            return self.vllm_config(node, keys)
         args = []
         for k, v in node.pairs:
             if not isinstance(k.value, str) or k.value in THRESHOLD_ENV_VARS:
@@ -311,6 +315,19 @@ class Structured:
             args.append(Arg(k.value, value, self.loc(k), "key"))
         first = node.pairs[0][0]
         return Launch(self.path, self.loc(first), "config", args=args)
+
+    def vllm_config(self, node: N, keys: list[str]) -> Optional[Launch]:
+        """A `vllm serve --config` file: a mapping of vLLM flag names (without `--`) that names the model
+        and at least one argument the vLLM policy reads (`model` alone is any tool's key)."""
+        from nsa_policy.catalog.vllm import load_vllm
+        from nsa_policy.lint.vllm import config_mapping_args
+
+        table = load_vllm().flag_table()
+        known = [k for k in keys if "--" + k.replace("_", "-") in table]
+        if "model" not in known or len(known) < 2:
+            return None
+        first = node.pairs[0][0]
+        return Launch(self.path, self.loc(first), "config", args=config_mapping_args(node, self.path), engine="vllm")
 
 
 # vLLM's OpenAI-server image (docker/Dockerfile: ENTRYPOINT ["vllm", "serve"]), under any registry prefix.

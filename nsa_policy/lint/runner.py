@@ -21,7 +21,9 @@ from nsa_policy.safe_io import UnsafeInput, read_bytes
 
 # Structured files that mention none of these cannot hold an sglang launch or DSA setting; they are
 # counted as scanned but not parsed (lint is not a YAML/JSON/TOML validator).
-_MARKERS = ("sglang", "vllm", "nsa", "dsa", "kv-cache", "kv_cache", "model-path", "model_path")
+# vLLM `--config` files name neither engine: their DSA-relevant keys mark them
+_MARKERS = ("sglang", "vllm", "nsa", "dsa", "kv-cache", "kv_cache", "model-path", "model_path", "attention-backend",
+            "attention_backend", "tensor-parallel-size", "tensor_parallel_size")
 
 
 @dataclass
@@ -137,7 +139,7 @@ def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
     doc = load_codes().codes["NSA407"]
     for key, value, loc in bad:
         scan.diagnostics.append(Diagnostic("NSA407", doc.level, f"'nsa-policy: {key}={value}': lint reads the keys "
-                                           f"device, model, policy and sglang", loc, doc.fix))
+                                           f"device, model, policy, sglang and vllm", loc, doc.fix))
     return scan
 
 
@@ -175,7 +177,7 @@ def _extract(path: str, kind: str, text: str, index: LineIndex, base_dir: str, r
     doc7 = load_codes().codes["NSA407"]
     for key, value, loc in ex.bad_hints:
         scan.diagnostics.append(Diagnostic("NSA407", doc7.level, f"nsa-policy annotation {key}={value!r}: lint reads "
-                                           f"the keys device, model, policy and sglang", loc, doc7.fix))
+                                           f"the keys device, model, policy, sglang and vllm", loc, doc7.fix))
     return scan
 
 

@@ -7,7 +7,7 @@ from bisect import bisect_right
 
 from nsa_policy.lint.report import Hint, Location
 
-HINT_KEYS = ("device", "model", "policy", "sglang")
+HINT_KEYS = ("device", "model", "policy", "sglang", "vllm")
 _HINT = re.compile(r"#[^\n]*?nsa-policy:[ \t]*([^\n]*)")  # in a comment only: values in data are read per document
 _PAIR = re.compile(r"([A-Za-z_-]+)\s*=\s*([^\s,;'\"]+)")
 # The release a file targets: an sglang image tag (lmsysorg/sglang:v0.5.23-cu129 in a Dockerfile FROM,
@@ -15,6 +15,9 @@ _PAIR = re.compile(r"([A-Za-z_-]+)\s*=\s*([^\s,;'\"]+)")
 _VERSION = r"(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)"
 _IMAGE = re.compile(r"(?<![\w.:/-])((?:[\w.-]+(?::\d+)?/)*sglang):v?" + _VERSION + r"(?![\w.])([\w.-]*)")
 _PIN = re.compile(r"(?<![\w.-])sglang(?:\[[^\]\n]*\])?[ \t]*==[ \t]*" + _VERSION + r"(?![\w.+])")
+# The vLLM release: its OpenAI-server image (vllm/vllm-openai:v0.33.0) or a pin (vllm==0.33.0).
+_VLLM_IMAGE = re.compile(r"(?<![\w.:/-])((?:[\w.-]+(?::\d+)?/)*vllm-openai):v?" + _VERSION + r"(?![\w.])([\w.-]*)")
+_VLLM_PIN = re.compile(r"(?<![\w.-])vllm(?:\[[^\]\n]*\])?[ \t]*==[ \t]*" + _VERSION + r"(?![\w.+])")
 
 
 class LineIndex:
@@ -59,6 +62,12 @@ def comment_hints(text: str, index: LineIndex, path: str) -> tuple[list[Hint], l
             hints.append(Hint("sglang", m.group(2), index.loc(path, m.start()), f"image tag {tag}"))
         for m in _PIN.finditer(text):
             hints.append(Hint("sglang", m.group(1), index.loc(path, m.start()), f"pin sglang=={m.group(1)}"))
+    if "vllm" in text:
+        for m in _VLLM_IMAGE.finditer(text):
+            tag = m.group(1) + ":" + text[m.end(1) + 1:m.end()]
+            hints.append(Hint("vllm", m.group(2), index.loc(path, m.start()), f"image tag {tag}"))
+        for m in _VLLM_PIN.finditer(text):
+            hints.append(Hint("vllm", m.group(1), index.loc(path, m.start()), f"pin vllm=={m.group(1)}"))
     return hints, bad
 
 
@@ -66,7 +75,7 @@ REQUIREMENTS = "requirements.txt"
 
 
 def requirements_pins(base_dir: str, path: str) -> list[Hint]:
-    """The sglang pin of a requirements.txt beside the file (the image or venv the launch runs in is
+    """The sglang and vllm pins of a requirements.txt beside the file (the image or venv the launch runs in is
     built from it). Weaker than the file's own hints, tags and pins, which come first in the list."""
     from nsa_policy.errors import InputError
     from nsa_policy.safe_io import read_text
@@ -78,14 +87,15 @@ def requirements_pins(base_dir: str, path: str) -> list[Hint]:
         text = read_text(full, field="requirements")
     except (InputError, OSError):
         return []  # unreadable: no pin, the file's own checks still run
-    if "sglang" not in text:
+    if "sglang" not in text and "vllm" not in text:
         return []
     shown = os.path.join(os.path.dirname(path), REQUIREMENTS)
     index = LineIndex(text)
     out = []
-    for m in _PIN.finditer(text):
-        loc = index.loc(shown, m.start())
-        if text[index.starts[loc.line - 1]:m.start()].lstrip().startswith("#"):
-            continue  # a commented-out pin
-        out.append(Hint("sglang", m.group(1), loc, f"pin sglang=={m.group(1)} in {shown}"))
+    for engine, pin in (("sglang", _PIN), ("vllm", _VLLM_PIN)):
+        for m in pin.finditer(text):
+            loc = index.loc(shown, m.start())
+            if text[index.starts[loc.line - 1]:m.start()].lstrip().startswith("#"):
+                continue  # a commented-out pin
+            out.append(Hint(engine, m.group(1), loc, f"pin {engine}=={m.group(1)} in {shown}"))
     return out

@@ -53,6 +53,118 @@ def parse_vllm_cli(tokens: Iterable[Token]) -> list[Arg]:
     return args
 
 
+# ---------------------------------------------------------------- `vllm serve --config file.yaml`
+
+CONFIG_FLAG = "--config"
+
+
+def node_value(node: Any) -> Any:
+    """A YAML node as plain Python (scalars, lists, mappings)."""
+    if node.kind == "scalar":
+        return node.value
+    if node.kind == "seq":
+        return [node_value(i) for i in node.items]
+    return {k.value: node_value(v) for k, v in node.pairs}
+
+
+def config_mapping_args(node: Any, path: str) -> list[Arg]:
+    """A `vllm serve --config` mapping's keys as the flags vLLM turns them into: `--KEY VALUE` (keys are the
+    long flag names without `--`; vLLM's parser also takes underscores), `True` a bare flag, each placed at
+    its key. An `attention-config` mapping stays one `--attention-config` argument."""
+    out = []
+    for k, v in node.pairs:
+        if not isinstance(k.value, str):
+            continue
+        key = k.value.replace("_", "-")
+        value = node_value(v)
+        if value is False or value is None:
+            continue  # vLLM adds no flag for them
+        out.append(Arg(f"--{key}", True if value is True else value, Location(path, k.line, k.col), "key"))
+    return out
+
+
+def read_config_file(arg: Arg, base_dir: str) -> list[Arg]:
+    """The arguments of the YAML file a `--config` names (relative to `base_dir`). Raises InputError
+    (one line: the flag, the path, why) when it cannot be read or is not one mapping."""
+    import os
+
+    from nsa_policy.errors import InputError
+    from nsa_policy.lint.text import LineIndex
+    from nsa_policy.lint.tree import ParseError, yaml_documents
+    from nsa_policy.safe_io import read_text
+
+    if not isinstance(arg.value, str) or arg.value is True:
+        raise InputError(CONFIG_FLAG, arg.value, hint="takes the path of a YAML file")
+    full = arg.value if os.path.isabs(arg.value) else os.path.join(base_dir, arg.value)
+    try:
+        text = read_text(full, field=CONFIG_FLAG)
+    except OSError as exc:
+        raise InputError(CONFIG_FLAG, arg.value, hint=f"cannot read it: {exc.strerror or exc}") from None
+    try:
+        docs = yaml_documents(text, LineIndex(text))
+    except ParseError as exc:
+        raise InputError(CONFIG_FLAG, arg.value, hint=f"not YAML: {exc}") from None
+    if len(docs) != 1 or docs[0].kind != "map":
+        raise InputError(CONFIG_FLAG, arg.value, hint="vLLM reads one YAML mapping of flag names to values")
+    return config_mapping_args(docs[0], arg.value)
+
+
+def with_config_files(launch_args: list[Arg], base_dir: str,
+                      bad: Optional[Callable[[str, Arg], None]] = None) -> list[Arg]:
+    """The launch's arguments with each `--config FILE` replaced by the file's arguments, placed first:
+    vLLM's command-line arguments win over the file's. A file that cannot be read is told to `bad`
+    (lint), or raises InputError when there is none (launch)."""
+    files: list[Arg] = []
+    rest: list[Arg] = []
+    for arg in launch_args:
+        if arg.spelling != CONFIG_FLAG or arg.unresolved is not None:
+            rest.append(arg)
+            continue
+        try:
+            files += read_config_file(arg, base_dir)
+        except InputError as exc:
+            if bad is None:
+                raise
+            bad(str(exc), arg)
+    return files + rest
+
+
+# ---------------------------------------------------------------- the vLLM release a launch targets
+
+def vllm_release(value: str, field: str) -> str:
+    """A vLLM release nsa-policy's argument registry covers (its first sampled release up to the newest's
+    patch releases), as written; InputError naming the field, the value and what is valid otherwise."""
+    from nsa_policy.versions import parse_version
+
+    vc = load_vllm()
+    releases = vc.args_doc.releases
+    try:
+        v = parse_version(value, field=field)
+    except InputError:
+        raise InputError(field, value, hint=f"not a release number; valid: vLLM {releases[0]} … "
+                                            f"{_series(vc.newest_release)}") from None
+    newest = parse_version(vc.newest_release)
+    if v < parse_version(releases[0]) or (v.major, v.minor) > (newest.major, newest.minor):
+        raise InputError(field, value, hint=f"not a vLLM release nsa-policy knows; valid: vLLM {releases[0]} … "
+                                            f"{_series(vc.newest_release)}")
+    return value.lstrip("v")
+
+
+def _series(release: str) -> str:
+    major, minor = release.split(".")[:2]
+    return f"{major}.{minor}.x"
+
+
+def installed_vllm() -> Optional[str]:
+    """The vLLM release installed in this environment (importlib.metadata; vLLM is not imported)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def vllm_config(launch_args: Iterable[Arg], bad: Callable[[str, Arg], None]
                 ) -> tuple[dict[str, Any], dict[str, Arg], Optional[Arg]]:
     """(vLLM config by EngineArgs name, the arg behind each ServingConfig field, the model argument).
@@ -74,9 +186,9 @@ def vllm_config(launch_args: Iterable[Arg], bad: Callable[[str, Arg], None]
             key = arg.spelling.split(".", 1)[1].replace("-", "_")
             if key in ac_keys:
                 entries.append((ac_keys[key].name, arg.value))
-        elif arg.spelling in _AC_WHOLE and isinstance(arg.value, str):
+        elif arg.spelling in _AC_WHOLE and isinstance(arg.value, (str, dict)):
             try:
-                doc = json.loads(arg.value)
+                doc = json.loads(arg.value) if isinstance(arg.value, str) else arg.value  # a --config mapping
             except ValueError:
                 bad(f"{arg.spelling} {arg.value!r} is not a JSON object", arg)
                 continue
@@ -112,6 +224,22 @@ def vllm_config(launch_args: Iterable[Arg], bad: Callable[[str, Arg], None]
     return config, by_field, model
 
 
+def _target_release(checker: Checker, launch: Launch, out: list[Diagnostic]) -> tuple[str, str]:
+    """(the vLLM release the launch targets, how lint knows it): a `nsa-policy: vllm=X` comment, else what
+    the file installs (a vllm/vllm-openai image tag, a vllm== pin), else the newest release nsa-policy knows."""
+    hints = sorted((h for h in launch.hints if h.key == "vllm"), key=lambda h: h.source.startswith(("image tag ", "pin ")))
+    for h in hints:
+        try:
+            release = vllm_release(h.value, "vllm")
+        except InputError as exc:
+            out.append(checker.diag("NSA407", f"{h.source}: {exc}", h.loc))
+            continue
+        source = h.source if h.source != "comment" else f"hint comment 'nsa-policy: vllm={h.value}'"
+        return release, f"vLLM {release} from {source} at line {h.loc.line}"
+    newest = load_vllm().newest_release
+    return newest, f"vLLM {newest}, the newest release nsa-policy knows (the file names none)"
+
+
 def _policy(checker: Checker, launch: Launch, out: list[Diagnostic]) -> str:
     """A vLLM bundle named by --policy or a hint; anything else means `default` (vllm-default)."""
     policy = checker._policy(launch, out)
@@ -119,21 +247,27 @@ def _policy(checker: Checker, launch: Launch, out: list[Diagnostic]) -> str:
 
 
 def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
+    import os
+
     from nsa_policy.lint.launch_checks import rule_needs
 
     vc = load_vllm()
     out: list[Diagnostic] = []
-    newest = vc.newest_release
+    release, why = _target_release(checker, launch, out)
     for name, ev in launch.env.items():
         var = vc.env_var(name)
-        if var is not None and var.last is not None and not vc.env_read(name, newest):
+        if var is not None and var.last is not None and not vc.env_read(name, release):
             instead = f"; use {var.replaced_by} {ev.value}" if var.replaced_by else ""
             out.append(checker.diag(
                 "NSA252", f"{name}={ev.value} is ignored: vLLM reads it up to {var.last} only "
-                          f"({', '.join(var.evidence)}){instead}", ev.loc,
+                          f"({', '.join(var.evidence)}){instead} [{why}]", ev.loc,
                 fix=f"Remove {name}{f' and pass {var.replaced_by}' if var.replaced_by else ''}."))
-    config, by_field, model_arg = vllm_config(
-        launch.args, lambda msg, arg: out.append(checker.diag("NSA406", msg, arg.loc)))
+
+    def bad(msg: str, arg: Arg) -> None:
+        out.append(checker.diag("NSA406", msg, arg.loc))
+
+    launch_args = with_config_files(launch.args, os.path.dirname(os.path.abspath(launch.path)), bad)
+    config, by_field, model_arg = vllm_config(launch_args, bad)
     policy = _policy(checker, launch, out)
     bundle = "vllm-default" if policy == "default" else policy
     model = None
