@@ -437,7 +437,7 @@ SERVING_VARIANTS = (
     _cfg("dcp_size 2 with HiSparse", dcp_size=2, enable_hisparse=True, disable_radix_cache=True),
     # HiSparse on the variant architectures (family-only ones are validated on the values as given)
     _cfg("HiSparse", enable_hisparse=True, disable_radix_cache=True),
-    _cfg("prefill context parallel", enable_prefill_cp=True),
+    _cfg("prefill context parallel (interleave)", enable_prefill_cp=True, cp_strategy="interleave"),
     _cfg("two-batch overlap", enable_two_batch_overlap=True),
 )
 
