@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Regenerate the generated docs: the support matrix (docs/matrix.md, .png, .svg), the migration
-report (docs/migration-from-sglang.md = `nsa-policy diff sglang-0.5.23 default`) and the sglang
-argument tables (docs/sglang-args.md, and the release → spellings table inside docs/startup.md).
+report (docs/migration-from-sglang.md = `nsa-policy diff sglang-0.5.23 default`), the sglang
+argument tables (docs/sglang-args.md, and the release → spellings table inside docs/startup.md), and
+the vLLM pair: docs/matrix-vllm.md (`nsa-policy matrix --engine vllm`) and docs/migration-from-vllm.md
+(`nsa-policy diff vllm-0.33 default --engine vllm`).
 
-Run from anywhere: python scripts/gen_docs.py [--only matrix|migration|args|releases]. tests/check/test_docs_fresh.py
-and tests/startup/test_args_registry.py fail when the committed files are stale.
+Run from anywhere: python scripts/gen_docs.py [--only matrix|migration|args|releases|vllm].
+tests/check/test_docs_fresh.py, tests/check/test_vllm_docs_fresh.py and tests/startup/test_args_registry.py
+fail when the committed files are stale.
 
 `--only releases` writes the release changelog docs/sglang-releases.md (the same as
 `nsa-policy diff --releases --format markdown --out docs/sglang-releases.md`; minutes, so not part of the
@@ -37,6 +40,33 @@ def migration_markdown() -> str:
     return f"{head}\n\n{MIGRATION_INTRO}\n{rest}"
 
 
+VLLM_MIGRATION_TITLE = "Migrating from vLLM 0.33 to the `default` policy"
+VLLM_MIGRATION_INTRO = """\
+What changes for a vLLM operator who lets nsa-policy's `default` (in vLLM's vocabulary: the `vllm-default`
+bundle) choose the attention backend, KV-cache dtype and block size instead of vLLM 0.33.0's own start-up
+(reproduced exactly, accepted crashes included, by the `vllm-0.33` bundle). Read the classes as "in vLLM 0.33 →
+with `default`". The same report: `nsa-policy diff vllm-0.33 default --engine vllm --format markdown`.
+Regenerate with `python scripts/gen_docs.py --only vllm`.
+"""  # noqa: E501 (the generated text's line breaks are part of the checked docs)
+
+
+def vllm_migration_markdown() -> str:
+    from nsa_policy.engine.bundle import get_bundle
+    from nsa_policy.verify.diff import diff_space, render_markdown
+
+    report = diff_space(get_bundle("vllm-0.33"), get_bundle("vllm-default"), policy_a="vllm-0.33",
+                        policy_b="vllm-default")
+    body = render_markdown(report, title=VLLM_MIGRATION_TITLE)
+    head, _, rest = body.partition("\n\n")
+    return f"{head}\n\n{VLLM_MIGRATION_INTRO}\n{rest}"
+
+
+def vllm_matrix_markdown() -> str:
+    from nsa_policy.verify.matrix_vllm import render_vllm_markdown, vllm_matrix_data
+
+    return render_vllm_markdown(vllm_matrix_data())
+
+
 ARGS_TABLE_BEGIN = "<!-- generated: sglang release → spellings (python scripts/gen_docs.py --only args) -->"
 ARGS_TABLE_END = "<!-- end of generated table -->"
 
@@ -60,7 +90,7 @@ def args_docs(docs: Path) -> dict[Path, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("matrix", "migration", "args", "releases"))
+    parser.add_argument("--only", choices=("matrix", "migration", "args", "releases", "vllm"))
     args = parser.parse_args()
     docs = REPO / "docs"
     if args.only in (None, "matrix"):
@@ -81,6 +111,11 @@ def main() -> int:
         print(f"wrote {path.relative_to(REPO)}")
     if args.only in (None, "args"):
         for path, text in args_docs(docs).items():
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(REPO)}")
+    if args.only in (None, "vllm"):
+        for path, text in ((docs / "matrix-vllm.md", vllm_matrix_markdown()),
+                           (docs / "migration-from-vllm.md", vllm_migration_markdown())):
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(REPO)}")
     return 0

@@ -90,8 +90,13 @@ def diff(
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1),
+    engine: Optional[str] = typer.Option(None, "--engine", help="sglang or vllm: which engine's bundle `default` "
+                                                                "names (default: the other bundle's engine)."),
 ) -> None:
     """Every input whose decision differs between two bundles, grouped into change classes.
+
+    `nsa-policy diff vllm-0.33 default --engine vllm` is the migration report for vLLM users
+    (docs/migration-from-vllm.md).
 
     `--releases` writes the changelog of every sglang release bundle instead:
     `nsa-policy diff --releases --format markdown --out docs/sglang-releases.md`."""
@@ -118,6 +123,7 @@ def diff(
                     "text": changelog.render_text}[fmt](log)
         else:
             assert a is not None and b is not None  # checked above
+            a, b = _for_engine(a, b, engine)
             ba, bb = load_for_check(a), load_for_check(b)
             if inputs:
                 report = diff_inputs(ba, bb, load_inputs(inputs), inputs)
@@ -136,20 +142,42 @@ def diff(
     raise typer.Exit(EXIT_OK)
 
 
+def _for_engine(a: str, b: str, engine: Optional[str]) -> tuple[str, str]:
+    """`default` as the engine's recommendation bundle: the one --engine names, else the other side's engine."""
+    from nsa_policy.engine.bundle import bundle_for_engine
+    from nsa_policy.errors import InputError
+    from nsa_policy.verify.exhaustive import load_for_check
+
+    if engine is not None and engine not in ("sglang", "vllm"):
+        raise InputError("--engine", engine, ["sglang", "vllm"])
+    if engine is None:
+        others = [x for x in (a, b) if x != "default"]
+        engine = load_for_check(others[0]).engine if len(others) == 1 else "sglang"
+    return bundle_for_engine(a, engine), bundle_for_engine(b, engine)
+
+
 def matrix(
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write matrix.md, matrix.png and matrix.svg here."),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write matrix.md, matrix.png and matrix.svg here "
+                                                                   "(with --engine vllm: matrix-vllm.md)."),
     policy: str = typer.Option("default", "--policy", help="Whose default picks to mark."),
     fmt: str = typer.Option("markdown", "--format", help="markdown or json (printed when no --out-dir)."),
     image: Optional[str] = typer.Option(None, "--image", help="Embed this image path in the printed markdown "
                                                               "(e.g. docs/matrix.png for the README)."),
+    engine: str = typer.Option("sglang", "--engine", help="sglang, or vllm: vLLM's backends × device × KV dtype, "
+                                                          "what vLLM picks and what the vLLM policy recommends."),
 ) -> None:
     """The support matrix (backend × device × KV dtype × phase) as markdown, or PNG+SVG+markdown files."""
     import json
 
-    from nsa_policy.errors import NsaPolicyError
+    from nsa_policy.errors import InputError, NsaPolicyError
     from nsa_policy.verify.matrix import matrix_data, render_markdown, write_all
 
     _format(fmt, ("markdown", "json"), fmt == "json")
+    if engine not in ("sglang", "vllm"):
+        raise fail_usage(InputError("--engine", engine, ["sglang", "vllm"]), fmt == "json")
+    if engine == "vllm":
+        _matrix_vllm(out_dir, policy, fmt, image)
+        return
     try:
         if out_dir is not None:
             check_output_path(out_dir, field="--out-dir", want_dir=True)
@@ -165,3 +193,30 @@ def matrix(
     except NsaPolicyError as exc:
         raise fail_usage(exc, fmt == "json") from None
     print(json.dumps(data) if fmt == "json" else render_markdown(data, image=image), end="" if fmt != "json" else "\n")
+
+
+def _matrix_vllm(out_dir: Optional[Path], policy: str, fmt: str, image: Optional[str]) -> None:
+    import json
+
+    from nsa_policy.engine.bundle import bundle_for_engine, get_bundle
+    from nsa_policy.errors import InputError, NsaPolicyError
+    from nsa_policy.verify.matrix_vllm import render_vllm_markdown, vllm_matrix_data
+
+    as_json = fmt == "json"
+    try:
+        if image is not None:
+            raise InputError("--image", image, hint="the vLLM view is markdown only; drop --image")
+        name = bundle_for_engine(policy, "vllm")
+        if get_bundle(name).engine != "vllm":
+            raise InputError("--policy", policy, valid=["default", "vllm-default", "vllm-0.33"],
+                             hint="--engine vllm marks a vLLM bundle's picks")
+        if out_dir is not None:
+            check_output_path(out_dir, field="--out-dir", want_dir=True)
+            path = out_dir / "matrix-vllm.md"
+            write_atomic(path, render_vllm_markdown(vllm_matrix_data(name)), field="--out-dir")
+            print(f"wrote {path}")
+            raise typer.Exit(EXIT_OK)
+        data = vllm_matrix_data(name)
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, as_json) from None
+    print(json.dumps(data) if as_json else render_vllm_markdown(data), end="\n" if as_json else "")

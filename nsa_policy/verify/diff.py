@@ -231,7 +231,7 @@ def diff_inputs(a: CompiledBundle, b: CompiledBundle, inputs: list[dict], source
     pairs: list[tuple[tuple, tuple, str, dict[str, str], tuple[int, int], dict[str, Any]]] = []
     dims: dict[str, set[str]] = {}
     for n, inp in enumerate(inputs):
-        facts = facts_from_case_input(inp)
+        facts = facts_from_case_input(inp, a.engine)  # vLLM cases use vLLM's argument names
         ra = record_of(evaluate(a, facts, catalog, trace=False))
         rb = record_of(evaluate(b, facts, catalog, trace=False))
         region = {k: str(v) for k, v in inp.items()}
