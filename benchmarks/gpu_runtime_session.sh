@@ -3,8 +3,14 @@
 # tests and timings; every log goes into $OUT/<part>.tgz (one file: the tool returns at most eight). Usage (on the GPU machine, repo root):
 #   bash benchmarks/gpu_runtime_session.sh transforms .whl_sg   # sglang 0.5.23 wheel, no flashinfer
 #   bash benchmarks/gpu_runtime_session.sh mla .whl             # flashinfer + sgl-flash-mla
+#   bash benchmarks/gpu_runtime_session.sh diff .whl .whl_diff  # that tier and the runtime tests only
+#   bash benchmarks/gpu_runtime_session.sh mla .whl .whl_diff   # + the differential test's H200 tier:
+#     .whl_diff holds sglang-0.5.10-py3-none-any.whl, cp312 wheels of the compiled packages its import
+#     needs beyond the image (msgspec, orjson, pybase64, pyzmq), typing_inspection, and pure.zip (the
+#     pure-Python ones, copied from the sglang side environment: compressed_tensors, dill, distro, gguf,
+#     IPython, loguru, openai, partial_json_parser, sniffio, starlette, traitlets)
 set -uo pipefail
-part=$1 wheels=$2
+part=$1 wheels=$2 diff=${3:-}
 dst=/tmp/results/$part
 mkdir -p "$dst"
 trap 'tar czf "$OUT/$part.tgz" -C "$dst" .' EXIT
@@ -12,8 +18,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   $(ls "$wheels"/*.whl | grep -v '/sglang-') || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 { date -u; nvidia-smi; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; } > "$dst/env.log" 2>&1
-python3 benchmarks/gpu_runtime_check.py --out "$dst" > "$dst/gpu_runtime_check.log" 2>&1
-tail -3 "$dst/gpu_runtime_check.log"
+[ "$part" = diff ] || python3 benchmarks/gpu_runtime_check.py --out "$dst" > "$dst/gpu_runtime_check.log" 2>&1
+[ "$part" = diff ] || tail -3 "$dst/gpu_runtime_check.log"
 if [ "$part" = transforms ]; then
   python3 -m pytest -q -p no:cacheprovider tests/runtime/test_transforms.py > "$dst/pytest.log" 2>&1
   tail -2 "$dst/pytest.log"
@@ -21,8 +27,21 @@ if [ "$part" = transforms ]; then
   tail -4 "$dst/probe.log"
   python3 benchmarks/bench_runtime.py --skip-mla --sglang-wheels "$wheels" --out "$dst" > "$dst/bench.log" 2>&1
 else
-  python3 -m pytest -q -p no:cacheprovider tests/runtime > "$dst/pytest.log" 2>&1
+  if [ -n "$diff" ]; then
+    mkdir -p /tmp/sg010 /tmp/sgdeps
+    python3 -m zipfile -e "$diff"/sglang-0.5.10-py3-none-any.whl /tmp/sg010 && \
+      python3 -m zipfile -e "$diff"/pure.zip /tmp/sgdeps && \
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/sgdeps \
+        $(ls "$diff"/*.whl | grep -v '/sglang-') \
+      > "$dst/diff_install.log" 2>&1 || echo "differential tier: install failed" | tee -a "$dst/diff_install.log"
+    export NSA_POLICY_SGLANG_H200_PATH=/tmp/sg010:/tmp/sgdeps
+  fi
+  python3 -m pytest -v -p no:cacheprovider -rs -k h200_tier tests/runtime/test_sglang_differential.py \
+    > "$dst/pytest_h200_tier.log" 2>&1
+  tail -3 "$dst/pytest_h200_tier.log"
+  python3 -m pytest -q -p no:cacheprovider -rs -k "not h200_tier" tests/runtime > "$dst/pytest.log" 2>&1
   tail -4 "$dst/pytest.log"
+  [ "$part" = diff ] && exit 0
   python3 benchmarks/gpu_flashmla_check.py --out "$dst" > "$dst/gpu_flashmla_check.log" 2>&1
   tail -3 "$dst/gpu_flashmla_check.log"
   python3 benchmarks/bench_runtime.py --skip-transforms --out "$dst" > "$dst/bench.log" 2>&1

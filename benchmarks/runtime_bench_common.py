@@ -119,6 +119,66 @@ def bench(fn, rep_ms=200):
     return triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
 
 
+def bench_interleaved(fns: dict, torch, iters=30, warmup=3) -> dict:
+    """GPU ms of each call of each function, the functions taken in turns within every iteration
+    (rotating the order), L2 flushed before each call as do_bench does: a slow drift of the GPU's
+    clocks hits all of them alike, so per-iteration ratios compare like with like."""
+    cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    names = list(fns)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    torch.cuda.synchronize()
+    events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(iters)] for n in names}
+    for i in range(iters):
+        k = i % len(names)
+        for n in names[k:] + names[:k]:
+            cache.zero_()
+            start, end = events[n][i]
+            start.record()
+            fns[n]()
+            end.record()
+    torch.cuda.synchronize()
+    return {n: [s.elapsed_time(e) for s, e in events[n]] for n in names}
+
+
+def cold_graph_times(fns: dict, torch, calls=20, flush_mb=128) -> dict:
+    """Per-call GPU ms of each function with a cold L2, at a finer resolution than one event pair
+    per call: a CUDA graph of `calls` × (zero a flush buffer, call) is replayed (do_bench median),
+    and a graph of the flushes alone is subtracted. (CUDA events tick in ≈ 0.5 µs steps, as large
+    as the differences between two ≈ 19 µs kernels.)"""
+    cache = torch.empty(flush_mb << 20, dtype=torch.int8, device="cuda")
+
+    def capture(body):
+        body()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            body()
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    body()
+        torch.cuda.current_stream().wait_stream(stream)
+        return graph
+
+    flush_only = capture(lambda: cache.zero_())
+    graphs = {name: capture(lambda fn=fn: (cache.zero_(), fn())) for name, fn in fns.items()}
+    out = {}
+    for name, graph in graphs.items():
+        base = bench(flush_only.replay)
+        out[name] = (bench(graph.replay) - base) / calls
+    return out
+
+
+def median(values):
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
 def graph_time(fn, torch, calls=20):
     """Per-call time from replaying a graph of `calls` launches (launch gaps removed)."""
     fn()

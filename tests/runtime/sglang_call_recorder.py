@@ -3,7 +3,11 @@
 Runs INSIDE a sglang side environment (scripts/sglang_oracle/README.md): sglang is imported from
 the installed wheel, never vendored. Usage:
 
-    <side python> tests/runtime/sglang_call_recorder.py RELEASE OUT.json
+    <side python> tests/runtime/sglang_call_recorder.py RELEASE OUT.json [real]
+
+With `real` (the H200 tier; sglang 0.5.10 and flashinfer 0.6.7.post2, on a CUDA device): the real
+flashinfer replaces the recorder module below, its Python runs on CUDA tensors, and the launch one
+level below its entry point is recorded instead (flashinfer_low_level.py).
 
 What is replaced, exactly (everything else is the wheel's code, run as it is):
 - `flashinfer` (absent from the side env): a recorder module whose
@@ -17,7 +21,9 @@ What is replaced, exactly (everything else is the wheel's code, run as it is):
   the same wheel (the prefill one without `cu_seqlens_q`, which the reference does not take). 0.5.10's
   transforms are torch references already and run unchanged.
 - sglang 0.5.10 (`nsa_backend.NativeSparseAttnBackend`): `sgl_kernel` (a CUDA-only wheel its import
-  chain needs) becomes a stand-in whose every name raises if called; SGLANG_NSA_FUSE_TOPK=0 (the
+  chain needs) becomes a stand-in whose every name raises if called (with `real`, on a CUDA device:
+  except `concat_mla_absorb_q`, which becomes torch.cat, and sglang's import-time fake-kernel
+  registrations for sgl_kernel's operators are skipped); SGLANG_NSA_FUSE_TOPK=0 (the
   unfused branch: the transform runs in `_forward_trtllm`, from its own torch references); bf16
   only, since its fp8 path always calls flashinfer.rope's CUDA kernel (`mla_quantize_and_rope_for_fp8`)
   and 0.5.10 has no sm12x path.
@@ -66,7 +72,7 @@ def _install_flashinfer_recorder():
     return fi
 
 
-def _stub_sgl_kernel():
+def _stub_sgl_kernel(overrides=None):
     """sglang 0.5.10 imports `sgl_kernel` (a CUDA-only wheel) at module level along its import chain,
     in code this test never calls (quantisation, KV-cache I/O): every `sgl_kernel…` name becomes a
     stand-in that raises if called."""
@@ -92,6 +98,8 @@ def _stub_sgl_kernel():
         def __getattr__(self, attr):
             if attr.startswith("__"):
                 raise AttributeError(attr)
+            if self.__name__ == "sgl_kernel" and attr in (overrides or {}):
+                return overrides[attr]
             return Unavailable(f"{self.__name__}.{attr}")
 
     class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -111,9 +119,32 @@ def _stub_sgl_kernel():
     sys.meta_path.insert(0, Finder())
 
 
-def main(release: str, out_path: str) -> None:
+def _tolerate_sgl_kernel_ops():
+    """On a CUDA machine sglang registers fake (meta) kernels for sgl_kernel's operators at import
+    time (`torch.library.register_fake("sgl_kernel::…")`, under `if _is_cuda`); with the stand-in
+    above those operators do not exist, so such a registration is skipped (the decorated function
+    is returned unchanged). Nothing this test calls uses them."""
+    original = torch.library.register_fake
+
+    def register_fake(op, func=None, /, *args, **kwargs):
+        if isinstance(op, str) and op.startswith("sgl_kernel::"):
+            try:
+                torch._C._dispatch_has_kernel_for_dispatch_key(op, "Meta")
+            except RuntimeError:  # no such operator
+                return func if func is not None else (lambda fn: fn)
+        return original(op, func, *args, **kwargs)
+
+    torch.library.register_fake = register_fake
+
+
+def main(release: str, out_path: str, real: bool = False) -> None:
     warnings.filterwarnings("ignore")
     new = tuple(int(x) for x in release.split(".")[:3]) >= (0, 5, 23)
+    if real and new:
+        # 0.5.23 passes multi_ctas_kv_counter_buffer and sparse_mla_top_k_lens: flashinfer >= 0.7,
+        # whose import needs nvidia-cutlass-dsl (not carried to the GPU machine)
+        raise SystemExit("the real-flashinfer tier runs sglang 0.5.10 with flashinfer 0.6.7.post2 only")
+    dev = "cuda" if real else "cpu"
     trt_mod = None
     if new:
         import sglang.srt.layers.attention.dsa_backend as backend_mod
@@ -132,7 +163,13 @@ def main(release: str, out_path: str) -> None:
         # (0.5.10's default) the indexer's own kernel writes the slots and _forward_trtllm passes
         # them through, so the transform under test would not run
         os.environ["SGLANG_NSA_FUSE_TOPK"] = "0"
-        _stub_sgl_kernel()
+        # on a CUDA device sglang concatenates the absorbed q with sgl_kernel's concat_mla_absorb_q
+        # (`concat_mla_absorb_q_general`, elsewhere torch.cat): the same concatenation in torch (the
+        # query bytes are compared)
+        _stub_sgl_kernel({"concat_mla_absorb_q": lambda q_nope, q_rope: torch.cat([q_nope, q_rope], dim=-1)}
+                         if real else None)
+        if real:
+            _tolerate_sgl_kernel_ops()
         import sglang.srt.layers.attention.nsa_backend as backend_mod
         cls = backend_mod.NativeSparseAttnBackend
         transform_prefill = transform_decode = None  # its transforms are torch references already
@@ -140,9 +177,17 @@ def main(release: str, out_path: str) -> None:
         def compute_dsa_seqlens(lens, top_k):  # 0.5.10 clamps the same way (nsa/utils.py)
             return backend_mod.compute_nsa_seqlens(lens, top_k)
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    fi = _install_flashinfer_recorder()
-    if trt_mod is not None:
-        trt_mod.flashinfer = fi  # its module-level name (imported only where flashinfer exists)
+    if real:
+        # the real flashinfer: its Python runs, the launch one level below is recorded
+        import flashinfer
+        import flashinfer_low_level as low
+        low.install(flashinfer)
+        calls = low.CALLS
+    else:
+        fi = _install_flashinfer_recorder()
+        if trt_mod is not None:
+            trt_mod.flashinfer = fi  # its module-level name (imported only where flashinfer exists)
+        calls = CALLS
 
     records = []
     for case in C.cases():
@@ -150,9 +195,9 @@ def main(release: str, out_path: str) -> None:
             continue  # sglang always works on the token table; the adapter's table varies
         if not new and (case.backend != "trtllm" or case.kv != "bf16"):
             continue  # 0.5.10: no sm12x path; its fp8 trtllm path always runs flashinfer.rope's CUDA kernel
-        b = C.batch(case.phase)
+        b = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in C.batch(case.phase).items()}
         t = len(b["causal"])
-        x = C.tensors(case, t)
+        x = {k: v.to(dev) for k, v in C.tensors(case, t).items()}
         pool = x["pool"]
         fp8 = case.kv == "fp8"
         self = object.__new__(cls)
@@ -163,8 +208,8 @@ def main(release: str, out_path: str) -> None:
             page_size=case.page_size,
             kv_cache_dim=656 if case.backend == "flashinfer_sparse_mla" else 576,
             use_fused_topk=False, dcp_size=1, dcp_rank=0, num_dcp_q_heads=C.HEADS,
-            workspace_buffer=torch.zeros(16, dtype=torch.uint8), device="cpu",
-            _multi_ctas_kv_counter_buffer=torch.zeros(4096, dtype=torch.uint8),
+            workspace_buffer=torch.zeros(16, dtype=torch.uint8, device=dev), device=dev,
+            _multi_ctas_kv_counter_buffer=torch.zeros(4096, dtype=torch.uint8, device=dev),
             token_to_kv_pool=types.SimpleNamespace(get_key_buffer=lambda layer_id, p=pool: p),
             nsa_kv_cache_store_fp8=fp8,
             hisparse_coordinator=None, dsa_index_topk=C.TOP_K, nsa_index_topk=C.TOP_K,
@@ -173,10 +218,10 @@ def main(release: str, out_path: str) -> None:
             object.__setattr__(self, k, v)
         layer = types.SimpleNamespace(layer_id=0, tp_q_head_num=C.HEADS, v_head_dim=512, head_dim=576,
                                       scaling=C.SCALE, k_scale_float=None, is_cross_attention=False)
-        seq = torch.tensor(b["seq_lens"], dtype=torch.int32)
-        causal = torch.tensor(b["causal"], dtype=torch.int32)
+        seq = torch.tensor(b["seq_lens"], dtype=torch.int32, device=dev)
+        causal = torch.tensor(b["causal"], dtype=torch.int32, device=dev)
         ext = b["extend_lens"]
-        cu = torch.tensor([0] + list(torch.cumsum(torch.tensor(ext), 0).tolist()), dtype=torch.int32)
+        cu = torch.tensor([0] + list(torch.cumsum(torch.tensor(ext), 0).tolist()), dtype=torch.int32, device=dev)
         if case.phase == "decode":
             dsa_seq = compute_dsa_seqlens(seq, C.TOP_K)
         else:
@@ -190,11 +235,11 @@ def main(release: str, out_path: str) -> None:
         forward_batch = types.SimpleNamespace(
             forward_mode=ForwardMode.DECODE if case.phase == "decode" else ForwardMode.EXTEND,
             positions=None, out_cache_loc=None, token_to_kv_pool=attrs["token_to_kv_pool"])
-        CALLS.clear()
+        calls.clear()
         topk = b["topk"].clone()
         if case.backend == "trtllm":
-            k = torch.zeros(t, 1, 512, dtype=torch.bfloat16)
-            k_rope = torch.zeros(t, 1, 64, dtype=torch.bfloat16)
+            k = torch.zeros(t, 1, 512, dtype=torch.bfloat16, device=dev)
+            k_rope = torch.zeros(t, 1, 64, dtype=torch.bfloat16, device=dev)
             prefill = case.phase == "prefill"
             seq_arg = metadata.dsa_cache_seqlens_int32 if prefill else metadata.cache_seqlens_int32
             if not new:  # 0.5.10's prefill call site passes nsa_cache_seqlens_int32 (same clamp)
@@ -212,12 +257,13 @@ def main(release: str, out_path: str) -> None:
             q_all = backend_mod.concat_mla_absorb_q_general(x["q_nope"], x["q_rope"])
             cls._forward_flashinfer_sparse_mla(self, q_all, pool, table, metadata.dsa_cache_seqlens_int32,
                                                layer.scaling, None)
-        assert len(CALLS) == 1, f"{case.name}: {len(CALLS)} flashinfer calls"
-        call = CALLS[0]
-        kv = call["kv_cache"]
+        assert len(calls) == 1, f"{case.name}: {len(calls)} flashinfer calls"
+        call = calls[0]
+        kv = call["key_cache" if real else "kv_cache"]
+        kwargs = low.describe_call(call, C.describe) if real else {k: C.describe(v) for k, v in call.items()}
         records.append(dict(
             case=case.name,
-            kwargs={k: C.describe(v) for k, v in sorted(call.items())},
+            kwargs=dict(sorted(kwargs.items())),
             kv_cache_is_view_of_pool=bool(kv.untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()),
         ))
     import importlib.metadata as md
@@ -228,4 +274,4 @@ def main(release: str, out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], real=sys.argv[3:] == ["real"])

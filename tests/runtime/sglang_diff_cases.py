@@ -101,7 +101,7 @@ def tensors(case: Case, num_tokens: int) -> dict:
 
 def digest(t: torch.Tensor) -> str:
     """sha256 of a tensor's elements in logical order (what a kernel reading the view sees)."""
-    raw = t.contiguous().view(-1).view(torch.uint8)
+    raw = t.detach().contiguous().view(-1).view(torch.uint8).cpu()
     return hashlib.sha256(raw.numpy().tobytes()).hexdigest()
 
 
@@ -110,7 +110,7 @@ def describe(value):
     if isinstance(value, torch.Tensor):
         rec = dict(kind="tensor", dtype=str(value.dtype).replace("torch.", ""), shape=list(value.shape))
         if value.dtype in (torch.int32, torch.int64) and value.numel() <= 4096:
-            rec["values"] = value.tolist()
+            rec["values"] = value.cpu().tolist()
         else:
             rec["sha256"] = digest(value)
         return rec

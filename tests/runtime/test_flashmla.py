@@ -228,3 +228,30 @@ def test_quantiser_matches_the_flashmla_v32_layout():
     assert torch.equal(packed[:, 528:].contiguous().view(torch.bfloat16), kv[:, 512:].bfloat16())
     err = (dequantize_fp8_656(packed, torch.float32) - kv)[:, :512].abs() / amax.repeat_interleave(128, 1)
     assert float(err.max()) <= 2 ** -4  # e4m3: 3 mantissa bits, relative to the tile max
+
+
+@pytest.mark.parametrize("heads", [16, 64])
+def test_query_buffer_hands_q_to_flashmla_without_a_copy(fake_flashinfer, heads):
+    """q written into query_buffer() reaches the kernel as the padded buffer itself (below 64
+    heads: no per-layer padding copy); each layer's new q is what the kernel sees."""
+    fm = FakeFlashMLA()
+    a = hopper(fm, fake_flashinfer, num_heads=heads, index_topk=16, phases=("prefill",))
+    prob = ragged_problem(27, heads=heads, k=16, prefix=(0, 30, 5))
+    prob["topk"] = with_holes(prob["topk"], 3)
+    plan = a.plan_prefill(prob["extend"], prob["seq"])
+    buf = a.query_buffer(plan)
+    assert buf.shape == prob["q"].shape and buf.dtype == torch.bfloat16
+    for layer in range(2):  # two layers, each writing its own q into the buffer
+        q = prob["q"] * (1 + layer)
+        buf.copy_(q)
+        out = a.prefill(buf, prob["kv"], prob["topk"], prob["page_table"], plan)
+        seen = fm.sparse_calls[-1]["q"]
+        if heads == 16:
+            assert seen.data_ptr() == buf.data_ptr() and seen.shape == (len(prob["topk"]), 64, 576)
+            assert torch.count_nonzero(seen[:, heads:]) == 0  # the padding heads stay zero
+        else:
+            assert seen is buf
+        close(out, expected({**prob, "q": q.bfloat16().float()}))
+    # a q from elsewhere still works (copied into the same buffer below 64 heads)
+    out = a.prefill(prob["q"], prob["kv"], prob["topk"], prob["page_table"], plan)
+    close(out, expected(prob))

@@ -20,6 +20,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import types
 
 import pytest
@@ -28,6 +29,7 @@ torch = pytest.importorskip("torch")
 
 from nsa_policy.runtime import SparseMLAAdapter  # noqa: E402
 
+from . import flashinfer_low_level as L  # noqa: E402
 from . import sglang_diff_cases as C  # noqa: E402
 from .helpers import decision  # noqa: E402
 
@@ -71,13 +73,21 @@ class Recorder:
         return torch.zeros(q.shape[0], 1, q.shape[2], 512, dtype=torch.bfloat16)
 
 
-def adapter_call(case: C.Case, release: str = "0.5.23", **adapter_kw):
-    """Run the adapter on the case's batch; return its one flashinfer call and the pool."""
+def adapter_call(case: C.Case, release: str = "0.5.23", real_flashinfer=None, **adapter_kw):
+    """Run the adapter on the case's batch; return its one flashinfer call and the pool. With
+    real_flashinfer (H200 tier): that module, on CUDA, its launch recorded one level below
+    (flashinfer_low_level.install must be in effect)."""
     sig = signature_of(release)
     rec = Recorder(sig)
     fi = types.SimpleNamespace(__version__=sig["version"],
                                decode=types.SimpleNamespace(trtllm_batch_decode_with_kv_cache_mla=rec),
                                mla=types.SimpleNamespace(trtllm_batch_decode_with_kv_cache_mla=rec))
+    dev = "cpu"
+    if real_flashinfer is not None:
+        fi, dev = real_flashinfer, "cuda"
+        L.CALLS.clear()
+    else:
+        adapter_kw.setdefault("workspace_bytes", C.POOL_TOKENS)
     if case.backend == "trtllm":
         d = decision(device_class="sm100", kv_cache_dtype="fp8_e4m3" if case.kv == "fp8" else "bfloat16",
                      kv_cache_layout="fp8-576-per-tensor" if case.kv == "fp8" else "bf16-576",
@@ -90,11 +100,10 @@ def adapter_call(case: C.Case, release: str = "0.5.23", **adapter_kw):
                      page_size=case.page_size, index_topk=C.TOP_K)
         device_class = "sm120"
     adapter = SparseMLAAdapter.from_decision(
-        d, device="cpu", device_class=device_class, num_heads=C.HEADS, softmax_scale=C.SCALE,
-        table_page_size=case.table_page_size, flashinfer=fi, workspace_bytes=C.POOL_TOKENS,
-        **adapter_kw)
-    b = C.batch(case.phase)
-    x = C.tensors(case, len(b["causal"]))
+        d, device=dev, device_class=device_class, num_heads=C.HEADS, softmax_scale=C.SCALE,
+        table_page_size=case.table_page_size, flashinfer=fi, **adapter_kw)
+    b = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in C.batch(case.phase).items()}
+    x = {k: v.to(dev) for k, v in C.tensors(case, len(b["causal"])).items()}
     table = b["token_table"] if case.table_page_size == 1 else b["block_table"]
     q = torch.cat([x["q_nope"], x["q_rope"]], dim=-1)
     if case.phase == "decode":
@@ -103,8 +112,9 @@ def adapter_call(case: C.Case, release: str = "0.5.23", **adapter_kw):
     else:
         plan = adapter.plan_prefill(b["extend_lens"], b["seq_lens"])
         adapter.prefill(q, x["pool"], b["topk"], table, plan)
-    assert len(rec.calls) == 1
-    return rec.calls[0], x["pool"]
+    calls = L.CALLS if real_flashinfer is not None else rec.calls
+    assert len(calls) == 1
+    return calls[0], x["pool"]
 
 
 def sglang_record(records: dict, case: C.Case) -> dict:
@@ -239,3 +249,87 @@ def test_live_sglang_reproduces_the_fixture(release, tmp_path):
     for _, case in _cases(release):
         ours, pool = adapter_call(case, release)
         compare(case, ours, pool, sglang_record(live, case), release)
+
+
+# ---------------------------------------------------------------- H200 tier (real flashinfer)
+def compare_low_level(case: C.Case, ours: dict, pool: torch.Tensor, theirs: dict) -> None:
+    """The launch below flashinfer 0.6.7.post2's entry point, after its own Python ran on each call:
+    the same rules as compare(), on the arguments the kernel would get."""
+    mine, sg = L.describe_call(ours, C.describe), theirs["kwargs"]
+    assert set(mine) == set(sg) == set(L.ARGS), case.name
+    assert mine["block_tables"] == sg["block_tables"], f"{case.name}: block tables differ"
+    k = sg["sparse_mla_top_k"]["value"]
+    assert [min(s, k) for s in sg["seq_lens"]["values"]] == mine["seq_lens"]["values"], case.name
+    if case.phase == "prefill":
+        assert sg["seq_lens"]["values"] == mine["seq_lens"]["values"], case.name
+    for name in ("query", "key_cache", "value_cache"):
+        assert mine[name] == sg[name], f"{case.name}: {name} differs: {mine[name]} vs {sg[name]}"
+    assert ours["key_cache"].untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()
+    assert theirs["kv_cache_is_view_of_pool"]
+    # the output flashinfer allocated: its shape and dtype (its contents are uninitialised)
+    assert (mine["out"]["dtype"], mine["out"]["shape"]) == (sg["out"]["dtype"], sg["out"]["shape"])
+    for name in ("bmm1_scale", "bmm2_scale"):
+        assert mine[name]["value"] == pytest.approx(sg[name]["value"], rel=1e-7), (case.name, name)
+    rest = set(L.ARGS) - {"block_tables", "seq_lens", "query", "key_cache", "value_cache", "out",
+                          "bmm1_scale", "bmm2_scale", "workspace_bytes"}
+    for name in sorted(rest):  # max_seq_len, batch_size, sparse_mla_top_k, sm_count, enable_pdl, …
+        assert mine[name] == sg[name], (case.name, name, mine[name], sg[name])
+
+
+def test_h200_tier_real_flashinfer_low_level_launch(tmp_path):
+    """sglang 0.5.10's _forward_trtllm and the adapter through the real flashinfer 0.6.7.post2 on a
+    CUDA device (its Python checks run on both calls), the launch one level below recorded.
+    NSA_POLICY_SGLANG_H200_PATH: a PYTHONPATH holding sglang 0.5.10's wheel contents and the
+    packages its import needs (benchmarks/gpu_runtime_session.sh builds it on the H200)."""
+    path = os.environ.get("NSA_POLICY_SGLANG_H200_PATH")
+    if not path:
+        pytest.skip("NSA_POLICY_SGLANG_H200_PATH is not set (the H200 tier runs on a GPU machine)")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    fi = pytest.importorskip("flashinfer")
+    if fi.__version__ != L.VERSION:
+        pytest.skip(f"the H200 tier is written for flashinfer {L.VERSION}, found {fi.__version__}")
+    out = tmp_path / "calls.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-W", "ignore", str(HERE / "sglang_call_recorder.py"), "0.5.10",
+                           str(out), "real"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    live = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    assert set(live) == set(records_of("0.5.10"))
+    restore = L.install(fi)
+    try:
+        compared = 0
+        for _, case in _cases("0.5.10"):
+            ours, pool = adapter_call(case, "0.5.10", real_flashinfer=fi)
+            compare_low_level(case, ours, pool, sglang_record(live, case))
+            compared += 1
+    finally:
+        restore()
+    assert compared == 8
+
+
+def test_low_level_comparison_catches_a_moved_slot_and_another_query():
+    """The H200 tier's comparison (negative controls, on the CPU): a launch recorded as sglang's,
+    then the same launch with one slot moved, and with another query."""
+    case = C.Case("trtllm", "decode", "bf16", 64, 1)
+    b, x = C.batch("decode"), C.tensors(case, len(C.DECODE_SEQ_LENS))
+    rows = len(C.DECODE_SEQ_LENS)
+    pool4 = x["pool"].view(-1, 1, 64, 576)
+    call = dict.fromkeys(L.ARGS)
+    call.update(out=torch.zeros(rows, C.HEADS, 512, dtype=torch.bfloat16),
+                query=torch.cat([x["q_nope"], x["q_rope"]], -1), key_cache=pool4, value_cache=pool4,
+                workspace_buffer=torch.zeros(16, dtype=torch.uint8), workspace_bytes=16,
+                block_tables=b["topk"].unsqueeze(1).clone(),
+                seq_lens=torch.tensor([min(n, C.TOP_K) for n in b["seq_lens"]], dtype=torch.int32),
+                max_q_len=1, max_seq_len=max(b["seq_lens"]), bmm1_scale=C.SCALE, bmm2_scale=1.0,
+                batch_size=rows, sparse_mla_top_k=C.TOP_K, sm_count=132, enable_pdl=True)
+    theirs = dict(kwargs=L.describe_call(call, C.describe), kv_cache_is_view_of_pool=True)
+    compare_low_level(case, call, x["pool"], theirs)  # itself: equal
+    moved = {**call, "block_tables": call["block_tables"].clone()}
+    moved["block_tables"][0, 0, 0] += 1
+    with pytest.raises(AssertionError, match="block tables"):
+        compare_low_level(case, moved, x["pool"], theirs)
+    other = {**call, "query": call["query"].clone()}
+    other["query"].view(-1)[0] += 1
+    with pytest.raises(AssertionError, match="query"):
+        compare_low_level(case, other, x["pool"], theirs)
