@@ -12,7 +12,14 @@
     belong to a request with no prefix, so token i has i + 1 positions then −1s); TFLOP/s for both
     counted the same way: 2 · H · (576 + 512) per valid index.
 
-Usage: python3 benchmarks/bench_runtime.py --out DIR [--skip-mla] [--skip-transforms]
+Both parts also time side by side in turns: (a) eager rounds alternating ours / sglang, and the
+cold-L2 time at a finer resolution than one event pair (runtime_bench_common.cold_graph_times);
+(b) every path call by call in turns (bench_interleaved), besides do_bench rounds; the adapter
+reads the token table and the page-64 block table, with q copied in or written into its
+query_buffer().
+
+Usage: python3 benchmarks/bench_runtime.py --out DIR [--skip-mla] [--skip-transforms] [--passes N]
+       [--mla-repeats N] [--sweep]
 """
 from __future__ import annotations
 
