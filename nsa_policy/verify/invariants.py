@@ -111,9 +111,10 @@ def _validations(decision: Decision, facts: Facts, catalog: Catalog) -> Iterator
         if spec is not None and spec.page_size is not None and decision.page_size != spec.page_size:
             yield bad(f"page size for {backend}",
                       f"{phase} backend {backend} needs page size {spec.page_size}, decision has {decision.page_size}")
+    raw = {"tilelang", "triton", "aiter"}  # raw fp8 rows on ROCm; CUDA tilelang on both sides too
     if kv == "bfloat16":
         layout = "bf16-576"
-    elif "trtllm" in (pre, dec):
+    elif "trtllm" in (pre, dec) or (dev.vendor == "amd" and raw & {pre, dec}) or pre == dec == "tilelang":
         layout = "fp8-576-per-tensor"
     else:
         layout = "fp8-656-blockwise"
