@@ -8,16 +8,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from nsa_policy.engine.decision import Decision
 
 
+_LOOK_ALIKE = str.maketrans({"o": "0", "l": "1", "i": "1"})
+
+
 def closest(value: object, choices: Iterable[str]) -> str | None:
     """The valid name nearest to a misspelt one, if any is near enough."""
     text = str(value).lower()
     names = list(choices)
     lowered = {n.lower(): n for n in names}
-    hits = difflib.get_close_matches(text, list(lowered), n=3, cutoff=0.6)
+    hits = difflib.get_close_matches(text, list(lowered), n=len(lowered) or 1, cutoff=0.6)  # all: ties break below
     if hits:
-        # equal ratios (NSA1O1: NSA101 or NSA411?) go to the name with more letters in place
+        # equal ratios (NSA1O1: NSA101 or NSA411?) go to the name with more letters in place, then to the one
+        # a look-alike typo explains (O for 0, l for 1: NSA1O1 is NSA101, not NSA111)
+        plain = text.translate(_LOOK_ALIKE)
         best = max(hits, key=lambda h: (difflib.SequenceMatcher(None, text, h).ratio(),
-                                        sum(a == b for a, b in zip(text, h))))
+                                        sum(a == b for a, b in zip(text, h)),
+                                        sum(a == b for a, b in zip(plain, h.translate(_LOOK_ALIKE)))))
         return lowered[best]
     # Prefixes catch "b2" → "b200" and "deepseek" → "deepseek-ai/…", which ratio-based matching misses.
     pref = [n for n in names if n.lower().startswith(text) or text.startswith(n.lower())]

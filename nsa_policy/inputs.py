@@ -22,6 +22,10 @@ FIELD_ALIASES: dict[str, str] = load_args().field_aliases()
 # sglang 0.5.22+ spells DP attention as --attn-dp-size N (it turns the deprecated
 # `--dp-size N --enable-dp-attention` into attn_dp_size=N, dp_size=1); the policy reads it as that pair.
 ATTN_DP_NAMES: tuple[str, ...] = tuple(a.name for a in load_args().argument("attn_dp_size").attributes)
+# A legacy CP mode attribute always holds its parser default: it counts only with its own switch on.
+ALIAS_SWITCHES: dict[str, str] = load_args().alias_switches()
+# Switch fields: another name's False is a switch left off (a legacy alias beside the canonical one), not a value.
+BOOL_FIELDS = frozenset(n for n, f in ServingConfig.model_fields.items() if f.annotation is bool)
 PACKAGES = ("flashinfer-python", "sgl-kernel", "tilelang", "flashinfer-cubin", "flashinfer-jit-cache", "sglang", "triton")
 
 
@@ -94,6 +98,10 @@ def config_from(obj: Any, engine: Optional[str] = None) -> ServingConfig:
                     continue  # a switch left off, as a --config file's `key: false` is
             else:
                 name = FIELD_ALIASES.get(key, key)
+                if key in ALIAS_SWITCHES and not obj.get(ALIAS_SWITCHES[key]):
+                    continue  # a mode without its switch: sglang does not read it
+                if value is False and name in BOOL_FIELDS and name != key:
+                    continue  # a legacy switch left off beside the canonical one
             if name not in ServingConfig.model_fields:
                 raise InputError(f"config.{key}", value, hint="unknown serving argument"
                                  + (f"; did you mean {closest(key, CONFIG_FIELDS)!r}?" if closest(key, CONFIG_FIELDS) else ""))
@@ -109,10 +117,14 @@ def config_from(obj: Any, engine: Optional[str] = None) -> ServingConfig:
         return _validate_config(values)
     for name in CONFIG_FIELDS:
         value = getattr(obj, name, None)
-        if value is not None:
+        if value is not None and not (value is False and name in BOOL_FIELDS):  # a switch left off: the default
             values[name] = value
     for alias, name in FIELD_ALIASES.items():
         value = getattr(obj, alias, None)
+        if alias in ALIAS_SWITCHES and not getattr(obj, ALIAS_SWITCHES[alias], False):
+            continue  # a mode without its switch: sglang does not read it
+        if value is False and name in BOOL_FIELDS:
+            continue
         if value is not None and len(alias) > 2:
             _merge(values, name, value, alias)
     for name in ATTN_DP_NAMES:

@@ -89,6 +89,9 @@ class Spelling(_Ranged):
 
 class Attribute(_Ranged):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    switch: Optional[str] = Field(
+        default=None, description="an attribute that must be true for this one to count: a legacy CP mode "
+                                  "(its parser default is always there) is read only with its own switch on")
 
 
 class Ignored(_Spec):
@@ -352,6 +355,11 @@ class ArgRegistry:
             own = [a.name for a in arg.attributes if a.nsa_policy_only]
             out[arg.output] = tuple(dict.fromkeys(ranged + own))
         return out
+
+    def alias_switches(self) -> dict[str, str]:
+        """attribute or parser dest → the switch attribute without which its value does not count."""
+        return {a.name: a.switch for arg in self.doc.arguments for a in (*arg.attributes, *arg.parser_dests)
+                if a.switch}
 
     def parser_dests(self) -> dict[str, str]:
         """argparse dest → ServingConfig field, for the dests that are not the attribute's name."""

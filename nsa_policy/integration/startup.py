@@ -42,7 +42,7 @@ from nsa_policy.catalog.args import TargetRelease, load_args
 from nsa_policy.engine.decision import Decision
 from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, Frozen
 from nsa_policy.errors import InputError, PolicyError
-from nsa_policy.inputs import ATTN_DP_NAMES, CONFIG_FIELDS, FIELD_ALIASES
+from nsa_policy.inputs import ALIAS_SWITCHES, ATTN_DP_NAMES, CONFIG_FIELDS, FIELD_ALIASES
 
 LOGGER_NAME = "nsa_policy.startup"
 
@@ -114,9 +114,11 @@ class _Args:
     def serving_config(self) -> dict[str, Any]:
         # 'tp'/'dp' may mean other things; attn_dp_size (0.5.22+) is read as the attention-DP width
         names = list(CONFIG_FIELDS) + [a for a in FIELD_ALIASES if len(a) > 2] + list(ATTN_DP_NAMES)
-        values = {n: self.get(n) for n in names if self.has(n) and self.get(n) is not None}
+        values = {n: self.get(n) for n in names if self.has(n) and self.get(n) is not None
+                  and (n not in ALIAS_SWITCHES or self.get(ALIAS_SWITCHES[n]))}
         for dest, field in PARSER_DESTS.items():
-            if field not in values and self.get(dest) is not None:
+            if field not in values and self.get(dest) is not None and (
+                    dest not in ALIAS_SWITCHES or self.get(ALIAS_SWITCHES[dest])):
                 values[field] = self.get(dest)
         return values
 

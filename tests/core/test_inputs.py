@@ -242,3 +242,30 @@ def test_policy_error_carries_full_decision() -> None:
     d = exc.value.decision
     assert d.rejected and d.prefill_backend == "trtllm" and d.errors[0].alternatives
     assert "NSA101" in str(exc.value)
+
+
+def test_prefill_cp_from_a_parsed_namespace() -> None:
+    """The prefill-CP attributes of sglang 0.5.14-0.5.19's parsed namespace (as its real parser leaves them,
+    tests/startup/test_real_parsers.py): the legacy mode attributes keep their parser defaults and the legacy
+    switches stay False beside --enable-prefill-cp; only a switch that is on makes its mode count."""
+    from types import SimpleNamespace
+
+    from nsa_policy.inputs import config_from
+
+    base = dict(enable_prefill_cp=False, cp_strategy=None, enable_dsa_prefill_context_parallel=False,
+                dsa_prefill_cp_mode="round-robin-split", enable_prefill_context_parallel=False,
+                prefill_cp_mode="in-seq-split")
+    read = [(lambda c: (c.enable_prefill_cp, c.cp_strategy, c.enable_prefill_context_parallel))(
+        config_from(SimpleNamespace(**{**base, **over}))) for over in (
+        {"enable_prefill_cp": True, "cp_strategy": "zigzag"},
+        {"enable_prefill_cp": True},
+        {"enable_dsa_prefill_context_parallel": True},
+        {"enable_dsa_prefill_context_parallel": True, "dsa_prefill_cp_mode": "in-seq-split"},
+        {"enable_prefill_context_parallel": True},
+        {})]
+    assert read == [(True, "zigzag", False), (True, None, False), (True, "interleave", False),
+                    (True, "zigzag", False), (False, "zigzag", True), (False, None, False)]
+    # sglang's old mode names are the same layouts
+    assert config_from({"enable_prefill_cp": True, "cp_strategy": "round-robin-split"}).cp_strategy == "interleave"
+    with pytest.raises(InputError, match="cp_strategy"):
+        config_from({"enable_prefill_cp": True, "cp_strategy": "ring"})

@@ -287,7 +287,8 @@ def test_an_abbreviation_of_a_flag_the_policy_reads_is_refused(token, release, f
 
 
 def test_old_cp_spellings_and_mode_values_are_respelt() -> None:
-    p = plan("--enable-nsa-prefill-context-parallel", "--nsa-prefill-cp-mode", "in-seq-split", release="0.5.23")
-    assert p.argv[5:8] == ("--enable-prefill-cp", "--cp-strategy", "zigzag")
+    # round-robin-split: DeepSeek-V3.2 runs prefill CP interleaved only (zigzag is refused from 0.5.20, NSA111)
+    p = plan("--enable-nsa-prefill-context-parallel", "--nsa-prefill-cp-mode", "round-robin-split", release="0.5.23")
+    assert p.argv[5:8] == ("--enable-prefill-cp", "--cp-strategy", "interleave")
     assert plan("--nsa-prefill-cp-mode", "round-robin-split", release="0.5.13").argv[5:7] == (
         "--dsa-prefill-cp-mode", "round-robin-split")  # 0.5.13 still has the old mode names

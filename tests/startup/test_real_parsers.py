@@ -121,3 +121,42 @@ def test_release_bundles_judge_spellings_as_the_real_parser(oracle, release: str
             disagree.append((argv, real["error"], said, refused, warned))
     assert disagree == []
     assert any(not real["accepted"] for real in answers) and any(real["accepted"] for real in answers)
+
+
+# Prefill CP as the start-up library call reads the real parser's namespace: the legacy mode attributes hold
+# their parser defaults whether or not their switch is on, and a legacy switch left off sits beside the new one.
+def _cp_cases(release: str) -> list[tuple[list[str], tuple[bool, object]]]:
+    flag = "dsa" if Version(release) >= Version("0.5.13") else "nsa"
+    return [
+        (["--enable-prefill-cp", "--cp-strategy", "zigzag"], (True, "zigzag")),
+        (["--enable-prefill-cp", "--cp-strategy", "interleave"], (True, "interleave")),
+        (["--enable-prefill-cp"], (True, None)),
+        ([f"--enable-{flag}-prefill-context-parallel"], (True, "interleave")),
+        ([f"--enable-{flag}-prefill-context-parallel", f"--{flag}-prefill-cp-mode", "in-seq-split"], (True, "zigzag")),
+        ([], (False, None)),
+    ]
+
+
+@pytest.mark.parametrize("release", sorted({*RELEASES, "0.5.14", "0.5.16"}, key=Version))
+def test_prefill_cp_is_read_from_the_real_namespace(oracle, release: str) -> None:
+    from types import SimpleNamespace
+
+    from nsa_policy.inputs import config_from
+
+    run, _, envs = oracle
+    if release not in envs.releases:
+        pytest.skip(f"no side environment for sglang {release}")
+    cases = _cp_cases(release)
+    answers = envs.parse(release, [["--model-path", "m", *argv] for argv, _ in cases])
+    checked = 0
+    for (argv, want), got in zip(cases, answers):
+        if not got["accepted"]:
+            continue  # a spelling this release does not have (argparse refuses it; NSA319 says so)
+        cfg = config_from(SimpleNamespace(**got["values"]))
+        have = (cfg.enable_prefill_cp, cfg.cp_strategy)
+        if want == (False, None):
+            assert not cfg.enable_prefill_cp, (release, argv, got["values"])
+        else:
+            assert have == want, (release, argv, got["values"], have)
+        checked += 1
+    assert checked >= 3
