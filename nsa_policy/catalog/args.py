@@ -64,6 +64,8 @@ class Spelling(_Ranged):
     deprecated: Optional[str] = Field(
         default=None, description="from this release the parser warns and stores into the canonical dest")
     dest: Optional[str] = Field(default=None, description="this spelling's own argparse dest, when not the argument's")
+    switch: Optional[str] = Field(
+        default=None, description="with `dest`: the switch attribute without which that dest's value does not count")
     choices: Optional[Tup[str]] = Field(
         default=None, description="this spelling's own choices, when narrower than the argument's")
     use: Optional[str] = Field(
@@ -339,6 +341,7 @@ class ArgRegistry:
             if arg.field is None:
                 continue
             names = [a.name for a in arg.attributes] + [a.name for a in arg.parser_dests]
+            names += [sp.dest for sp in arg.spellings if sp.dest and sp.switch]  # a legacy mode's own dest
             names += [sp.flag[2:].replace("-", "_") for sp in arg.spellings if sp.nsa_policy_only]
             for name in names:
                 if name != arg.field:
@@ -358,8 +361,10 @@ class ArgRegistry:
 
     def alias_switches(self) -> dict[str, str]:
         """attribute or parser dest → the switch attribute without which its value does not count."""
-        return {a.name: a.switch for arg in self.doc.arguments for a in (*arg.attributes, *arg.parser_dests)
-                if a.switch}
+        out = {a.name: a.switch for arg in self.doc.arguments for a in (*arg.attributes, *arg.parser_dests)
+               if a.switch}
+        out.update({sp.dest: sp.switch for arg in self.doc.arguments for sp in arg.spellings if sp.dest and sp.switch})
+        return out
 
     def parser_dests(self) -> dict[str, str]:
         """argparse dest → ServingConfig field, for the dests that are not the attribute's name."""

@@ -230,13 +230,20 @@ def _message(applied: Applied, status: str) -> str:
                                        for k, v in applied.written.items())
     if applied.env_set:
         text += "; set " + ", ".join(f"{k}={v}" for k, v in applied.env_set.items())
+    text += _kept_and_warnings(applied, d)
+    for note in applied.notes:
+        text += f"\n  note: {note}"
+    return text
+
+
+def _kept_and_warnings(applied: Any, d: Any) -> str:
+    """The explicit values kept over the decision, then the decision's warnings (sglang and vLLM alike)."""
+    text = ""
     if applied.kept:
         text += "; kept explicit " + ", ".join(f"{k}={v['explicit']} (policy decided {v['decided']})"
                                                for k, v in applied.kept.items())
     for f in d.warnings:
         text += f"\n  warning {f.code}: {f.message}"
-    for note in applied.notes:
-        text += f"\n  note: {note}"
     return text
 
 
@@ -507,9 +514,4 @@ def _vllm_message(applied: Applied, status: str) -> str:
         "attention_backend", "requested_kv_cache_dtype", "kv_cache_dtype", "page_size"))
     if applied.written:
         text += "; wrote " + ", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in applied.written.items())
-    if applied.kept:
-        text += "; kept explicit " + ", ".join(f"{k}={v['explicit']} (policy decided {v['decided']})"
-                                               for k, v in applied.kept.items())
-    for f in d.warnings:
-        text += f"\n  warning {f.code}: {f.message}"
-    return text
+    return text + _kept_and_warnings(applied, d)

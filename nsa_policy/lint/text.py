@@ -56,18 +56,14 @@ def comment_hints(text: str, index: LineIndex, path: str) -> tuple[list[Hint], l
                     hints.append(Hint(key, value, loc, "comment"))
                 else:
                     bad.append((key, value, loc))
-    if "sglang" in text:
-        for m in _IMAGE.finditer(text):
+    for engine, image, pin in (("sglang", _IMAGE, _PIN), ("vllm", _VLLM_IMAGE, _VLLM_PIN)):
+        if engine not in text:
+            continue
+        for m in image.finditer(text):
             tag = m.group(1) + ":" + text[m.end(1) + 1:m.end()]
-            hints.append(Hint("sglang", m.group(2), index.loc(path, m.start()), f"image tag {tag}"))
-        for m in _PIN.finditer(text):
-            hints.append(Hint("sglang", m.group(1), index.loc(path, m.start()), f"pin sglang=={m.group(1)}"))
-    if "vllm" in text:
-        for m in _VLLM_IMAGE.finditer(text):
-            tag = m.group(1) + ":" + text[m.end(1) + 1:m.end()]
-            hints.append(Hint("vllm", m.group(2), index.loc(path, m.start()), f"image tag {tag}"))
-        for m in _VLLM_PIN.finditer(text):
-            hints.append(Hint("vllm", m.group(1), index.loc(path, m.start()), f"pin vllm=={m.group(1)}"))
+            hints.append(Hint(engine, m.group(2), index.loc(path, m.start()), f"image tag {tag}"))
+        for m in pin.finditer(text):
+            hints.append(Hint(engine, m.group(1), index.loc(path, m.start()), f"pin {engine}=={m.group(1)}"))
     return hints, bad
 
 
