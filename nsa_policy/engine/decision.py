@@ -126,8 +126,8 @@ class Decision(Frozen):
     model_family: Annotated[Optional[str], _AGREED] = None
     architecture: Optional[str] = None
     kv_cache_dtype: Annotated[Optional[str], _out("KV cache dtype", "recorded")] = None
-    prefill_backend: Annotated[Optional[str], _out("prefill backend", "recorded")] = None
-    decode_backend: Annotated[Optional[str], _out("decode backend", "recorded")] = None
+    prefill_backend: Annotated[Optional[str], _out("prefill backend", "recorded", engine="sglang")] = None
+    decode_backend: Annotated[Optional[str], _out("decode backend", "recorded", engine="sglang")] = None
     page_size: Annotated[Optional[int], _out("page size", "recorded")] = None
     attention_backend: Annotated[Optional[str], _out("attention backend", "recorded")] = None  # nsa → dsa in 0.5.13
     dense_attn_kv_len_threshold: Annotated[Optional[int], _out("dense-attention threshold", "recorded")] = None
