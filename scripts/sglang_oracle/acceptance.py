@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import PARSERS_DIR, REPO, SideEnvs, sorted_releases  # noqa: E402
+from run import PARSERS_DIR, REPO, SideEnvs, in_input_order, sorted_releases  # noqa: E402
 
 RELEASES = ("0.5.10", "0.5.13", "0.5.20", "0.5.23")
 DS, GLM = "deepseek-ai/DeepSeek-V3.2", "zai-org/GLM-5"
@@ -193,9 +193,7 @@ def startup(envs: SideEnvs, release: str, runs: list[tuple[dict[str, Any], dict[
              "env": {**s["env"], **p["env_additions"]}} for s, p in runs]
     out = envs.run_script(release, "policy_oracle.py", "".join(json.dumps(g) + "\n" for g in grid))
     answers = [json.loads(line) for line in out.splitlines() if line.strip()]
-    if [a["id"] for a in answers] != [g["id"] for g in grid]:
-        raise RuntimeError(f"sglang {release}: policy_oracle.py answered {len(answers)} of {len(grid)}")
-    return answers
+    return in_input_order(answers, grid, f"sglang {release}")
 
 
 def compare(facts: ReleaseFacts, scenario: dict[str, Any], planned: dict[str, Any],

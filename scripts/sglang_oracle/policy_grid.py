@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from acceptance import machine  # noqa: E402
-from run import REPO, SideEnvs  # noqa: E402
+from run import REPO, SideEnvs, in_input_order  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "sglang"
 NSA_ENV = "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"
@@ -76,9 +76,7 @@ def run_grid(envs: SideEnvs, release: str, grid: list[dict[str, Any]]) -> tuple[
     out = envs.run_script(release, "policy_oracle.py", "".join(json.dumps(g, sort_keys=True) + "\n" for g in grid))
     wall = time.perf_counter() - t0
     answers = [json.loads(line) for line in out.splitlines() if line.strip()]
-    if [a["id"] for a in answers] != [g["id"] for g in grid]:
-        raise RuntimeError(f"policy_oracle answered {len(answers)} of {len(grid)} inputs")
-    return answers, wall
+    return in_input_order(answers, grid, f"sglang {release}"), wall
 
 
 def main(argv: list[str]) -> int:

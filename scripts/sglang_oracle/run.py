@@ -105,6 +105,15 @@ class SideEnvs:
         return self.env(release).run_script(script, stdin, extra_env)
 
 
+def in_input_order(answers: list[dict[str, Any]], items: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+    """policy_oracle.py answers one emulated device at a time (it enters each device once), so its lines come
+    grouped by device: put them back in the inputs' order, and refuse a missing or extra answer."""
+    by_id = {a["id"]: a for a in answers}
+    if len(by_id) != len(answers) or set(by_id) != {i["id"] for i in items}:
+        raise SideEnvError(f"{what}: policy_oracle.py answered {len(answers)} lines for {len(items)} inputs")
+    return [by_id[i["id"]] for i in items]
+
+
 def _vkey(release: str) -> tuple:
     main, _, post = release.partition(".post")
     return tuple(int(p) for p in main.split(".")) + (int(post) if post else -1,)

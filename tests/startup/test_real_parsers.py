@@ -76,7 +76,8 @@ def test_committed_0_5_23_answers_are_what_sglang_answers_today(oracle) -> None:
     assert len(grid) == len(answers) and [g["id"] for g in grid] == [a["id"] for a in answers]
     sample = list(range(0, len(grid), 25))
     out = envs.run_script("0.5.23", "policy_oracle.py", "".join(json.dumps(grid[i]) + "\n" for i in sample))
-    fresh = [json.loads(line) for line in out.splitlines() if line.strip()]
+    fresh = run.in_input_order([json.loads(line) for line in out.splitlines() if line.strip()],
+                               [grid[i] for i in sample], "sglang 0.5.23")
     fields = [k for k in answers[0] if k != "ms"]
     diffs = [(answers[i]["id"], {k: (answers[i][k], f.get(k)) for k in fields if answers[i][k] != f.get(k)})
              for i, f in zip(sample, fresh)]
