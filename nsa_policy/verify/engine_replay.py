@@ -113,3 +113,20 @@ def agree(mine: Mapping[str, Any], theirs: Mapping[str, Any], given: Optional[Ma
         if (_KV_SAME.get(theirs[f], theirs[f]) if f == "kv_cache_dtype" else theirs[f]) != mine[f]:
             return False
     return True
+
+
+# The KV-pool row width of a layout: what sglang's calculate_mla_kv_cache_dim returns for it.
+LAYOUT_WIDTH = {"bf16-576": 576, "fp8-576-per-tensor": 576, "fp8-656-blockwise": 656}
+
+
+def layout_width(release: str, item: Mapping[str, Any]) -> Optional[int]:
+    """The row width of `--policy sglang-X`'s kv_cache_layout for DeepSeek-V3.2 with the item's backends and
+    KV dtype on an MI300X (hip) or an H200 (None: the decision sets no layout). benchmarks/sglang_kv_layout.py
+    compares it with the release's own calculate_mla_kv_cache_dim; tests/check replays the recorded answers."""
+    from nsa_policy.api import build_facts, decide
+
+    facts = build_facts({"kv_cache_dtype": item["kv"], "nsa_prefill_backend": item["prefill"],
+                         "nsa_decode_backend": item["decode"]}, device="mi300x" if item["hip"] else "h200",
+                        model="deepseek-ai/DeepSeek-V3.2", env={}, packages={})
+    layout = decide(facts, f"sglang-{release}", trace=False).kv_cache_layout
+    return LAYOUT_WIDTH.get(layout) if layout else None
