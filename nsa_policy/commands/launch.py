@@ -122,12 +122,17 @@ def launch(
         else:
             print(plan.shell_line())
         raise typer.Exit(EXIT_OK)
+    _exec(plan.argv[0], lambda: exec_plan(plan))
+
+
+def _exec(program: str, run: Callable[[], object]) -> None:
+    """Hand the process over to the server (sglang's plan or `vllm serve`); a command that cannot start is a usage error."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        exec_plan(plan)
+        run()
     except OSError as exc:
-        print(f"nsa-policy: error: cannot run {plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        print(f"nsa-policy: error: cannot run {program!r}: {exc.strerror}", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE) from None
 
 
@@ -164,13 +169,7 @@ def _launch_vllm(command: list[str], policy: str, device: str, model: Optional[s
         else:
             print(plan.shell_line())
         raise typer.Exit(EXIT_OK)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(plan.argv[0], plan.argv)  # pragma: no cover - replaces the process
-    except OSError as exc:
-        print(f"nsa-policy: error: cannot run {plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
-        raise typer.Exit(EXIT_USAGE) from None
+    _exec(plan.argv[0], lambda: os.execvp(plan.argv[0], plan.argv))  # pragma: no cover - replaces the process
 
 
 _OUTPUTS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "dense_attn_kv_len_threshold")

@@ -83,6 +83,13 @@ class Checker:
         if opts.sglang_version is not None:
             parse_version(opts.sglang_version, field="--sglang-version")  # InputError: usage error
 
+    def no_device(self, policy: str, loc: Location, what: str = "launch") -> Diagnostic:
+        """NSA405: the device is unknown, so the device-dependent checks of `policy` were skipped (named)."""
+        return self.diag("NSA405", f"no device known for this {what}: device-dependent checks ("
+                         + ", ".join(skipped_codes(policy, device=True, model=False))
+                         + ") were skipped; add --device NAME, a nodeSelector on nvidia.com/gpu.product, "
+                           "or a comment 'nsa-policy: device=NAME'", loc)
+
     def diag(self, code: str, message: str, loc: Location, *, alternatives=(), rule=None, fix=None) -> Diagnostic:
         doc = self.codes.codes[code]
         return Diagnostic(code, doc.level, message, loc, fix if fix is not None else doc.fix, tuple(alternatives), rule)
@@ -138,10 +145,7 @@ class Checker:
         model = self._model(launch, by_field, out, policy)
         devices = self._devices(launch, out)
         if not devices:
-            out.append(self.diag("NSA405", "no device known for this launch: device-dependent checks ("
-                                 + ", ".join(skipped_codes(policy, device=True, model=False))
-                                 + ") were skipped; add --device NAME, a nodeSelector on nvidia.com/gpu.product, "
-                                   "or a comment 'nsa-policy: device=NAME'", launch.loc))
+            out.append(self.no_device(policy, launch.loc))
         out += self._policy_findings(launch, policy, config, env, model, devices, by_field)
         return out
 

@@ -277,12 +277,7 @@ def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
             return out  # not a DSA model nsa-policy knows (or a local path it cannot read): nothing to decide
     devices = checker._devices(launch, out)
     if not devices:
-        from nsa_policy.lint.launch_checks import skipped_codes
-
-        out.append(checker.diag("NSA405", "no device known for this vLLM launch: device-dependent checks ("
-                                + ", ".join(skipped_codes(bundle, device=True, model=False))
-                                + ") were skipped; add --device NAME, a nodeSelector on nvidia.com/gpu.product, "
-                                  "or a comment 'nsa-policy: device=NAME'", launch.loc))
+        out.append(checker.no_device(bundle, launch.loc, "vLLM launch"))
     cat = checker.catalog
     placeholder = next(c for c in cat.device_classes if cat.runs_dsa(c))
     runs = devices or [(cat.device(placeholder), None)]
