@@ -3,11 +3,14 @@
 Runs INSIDE a sglang side environment (scripts/sglang_oracle/README.md): sglang is imported from
 the installed wheel, never vendored. Usage:
 
-    <side python> tests/runtime/sglang_call_recorder.py RELEASE OUT.json [real]
+    <side python> tests/runtime/sglang_call_recorder.py RELEASE OUT.json [real | real-cpu]
 
-With `real` (the H200 tier; sglang 0.5.10 and flashinfer 0.6.7.post2, on a CUDA device): the real
-flashinfer replaces the recorder module below, its Python runs on CUDA tensors, and the launch one
-level below its entry point is recorded instead (flashinfer_low_level.py).
+With `real` (the H200 tier, on a CUDA device; sglang 0.5.10 with flashinfer 0.6.7.post2, sglang 0.5.23
+with flashinfer 0.7.4): the real flashinfer replaces the recorder module below, its Python runs on
+CUDA tensors, and the launch one level below its entry point is recorded instead, per path
+(flashinfer_low_level.py: trtllm-gen told compute capability 10.0, sm12x 12.0). `real-cpu` (0.5.23
+only): the same on CPU tensors, flashinfer's SM-count query answering 0 (the rehearsal of that tier
+on a machine without a GPU; flashinfer 0.7.4 on the side environment's PYTHONPATH).
 
 What is replaced, exactly (everything else is the wheel's code, run as it is):
 - `flashinfer` (absent from the side env): a recorder module whose
@@ -27,6 +30,10 @@ What is replaced, exactly (everything else is the wheel's code, run as it is):
   unfused branch: the transform runs in `_forward_trtllm`, from its own torch references); bf16
   only, since its fp8 path always calls flashinfer.rope's CUDA kernel (`mla_quantize_and_rope_for_fp8`)
   and 0.5.10 has no sm12x path.
+- sglang 0.5.23 with `real` on a CUDA device: where sglang sees CUDA its import chain imports
+  `sgl_kernel` (quantisation schemes), the same stand-in as 0.5.10's (and the same skipped fake-kernel
+  registrations); `concat_mla_absorb_q` (its JIT CUDA concatenation of the absorbed q) becomes
+  torch.cat. The transforms stay the torch references above (the block tables are compared).
 - Both releases: the unfused top-k branch (0.5.23: `use_fused_topk=False`).
 - The backend object: `object.__new__(<the release's DSA backend class>)` with the attributes the
   method reads set by hand (dtype, page size, dims, workspace, metadata) — `__init__` needs a
@@ -137,16 +144,25 @@ def _tolerate_sgl_kernel_ops():
     torch.library.register_fake = register_fake
 
 
-def main(release: str, out_path: str, real: bool = False) -> None:
+def _torch_concat(q_nope, q_rope):
+    return torch.cat([q_nope, q_rope], dim=-1)
+
+
+def main(release: str, out_path: str, real: bool = False, device: str = "cuda") -> None:
     warnings.filterwarnings("ignore")
     new = tuple(int(x) for x in release.split(".")[:3]) >= (0, 5, 23)
-    if real and new:
-        # 0.5.23 passes multi_ctas_kv_counter_buffer and sparse_mla_top_k_lens: flashinfer >= 0.7,
-        # whose import needs nvidia-cutlass-dsl (not carried to the GPU machine)
-        raise SystemExit("the real-flashinfer tier runs sglang 0.5.10 with flashinfer 0.6.7.post2 only")
-    dev = "cuda" if real else "cpu"
+    dev = device if real else "cpu"
     trt_mod = None
     if new:
+        if real and torch.cuda.is_available():
+            # where sglang sees CUDA its import chain imports sgl_kernel (quantisation schemes, …),
+            # a stand-in here as for 0.5.10 below; it concatenates the absorbed q with its own JIT
+            # kernel (`concat_mla_absorb_q_general` → sglang.kernels.ops.attention.concat_mla,
+            # elsewhere torch.cat): the same concatenation in torch (the query bytes are compared)
+            _stub_sgl_kernel()
+            _tolerate_sgl_kernel_ops()
+            import sglang.kernels.ops.attention.utils as attn_utils
+            attn_utils.concat_mla_absorb_q = _torch_concat
         import sglang.srt.layers.attention.dsa_backend as backend_mod
         import sglang.srt.layers.attention.trtllm_mla_backend as trt_mod
         from sglang.srt.layers.attention.dsa.utils import compute_dsa_seqlens
@@ -159,6 +175,8 @@ def main(release: str, out_path: str, real: bool = False) -> None:
         backend_mod.transform_index_page_table_prefill = prefill_ref
         transform_prefill, transform_decode = prefill_ref, ref.transform_index_page_table_decode_ref
     else:
+        if real and dev != "cuda":
+            raise SystemExit("sglang 0.5.10's real-flashinfer tier runs on a CUDA device only")
         # the unfused branch, as 0.5.23's use_fused_topk=False below: with SGLANG_NSA_FUSE_TOPK on
         # (0.5.10's default) the indexer's own kernel writes the slots and _forward_trtllm passes
         # them through, so the transform under test would not run
@@ -166,8 +184,7 @@ def main(release: str, out_path: str, real: bool = False) -> None:
         # on a CUDA device sglang concatenates the absorbed q with sgl_kernel's concat_mla_absorb_q
         # (`concat_mla_absorb_q_general`, elsewhere torch.cat): the same concatenation in torch (the
         # query bytes are compared)
-        _stub_sgl_kernel({"concat_mla_absorb_q": lambda q_nope, q_rope: torch.cat([q_nope, q_rope], dim=-1)}
-                         if real else None)
+        _stub_sgl_kernel({"concat_mla_absorb_q": _torch_concat} if real else None)
         if real:
             _tolerate_sgl_kernel_ops()
         import sglang.srt.layers.attention.nsa_backend as backend_mod
@@ -178,11 +195,14 @@ def main(release: str, out_path: str, real: bool = False) -> None:
             return backend_mod.compute_nsa_seqlens(lens, top_k)
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     if real:
-        # the real flashinfer: its Python runs, the launch one level below is recorded
+        # the real flashinfer: its Python runs, the launch one level below is recorded (installed
+        # per case below: the trtllm and sm12x paths are told different devices)
         import flashinfer
         import flashinfer_low_level as low
-        low.install(flashinfer)
+        if trt_mod is not None:
+            trt_mod.flashinfer = flashinfer  # imported there only where sglang sees CUDA
         calls = low.CALLS
+        extra = low.cpu_rehearsal_patches() if dev != "cuda" else None
     else:
         fi = _install_flashinfer_recorder()
         if trt_mod is not None:
@@ -236,6 +256,8 @@ def main(release: str, out_path: str, real: bool = False) -> None:
             forward_mode=ForwardMode.DECODE if case.phase == "decode" else ForwardMode.EXTEND,
             positions=None, out_cache_loc=None, token_to_kv_pool=attrs["token_to_kv_pool"])
         calls.clear()
+        path = low.PATH_OF_BACKEND[case.backend] if real else None
+        restore = low.install(flashinfer, path, extra=extra) if real else (lambda: None)
         topk = b["topk"].clone()
         if case.backend == "trtllm":
             k = torch.zeros(t, 1, 512, dtype=torch.bfloat16, device=dev)
@@ -257,10 +279,15 @@ def main(release: str, out_path: str, real: bool = False) -> None:
             q_all = backend_mod.concat_mla_absorb_q_general(x["q_nope"], x["q_rope"])
             cls._forward_flashinfer_sparse_mla(self, q_all, pool, table, metadata.dsa_cache_seqlens_int32,
                                                layer.scaling, None)
+        restore()
         assert len(calls) == 1, f"{case.name}: {len(calls)} flashinfer calls"
         call = calls[0]
-        kv = call["key_cache" if real else "kv_cache"]
-        kwargs = low.describe_call(call, C.describe) if real else {k: C.describe(v) for k, v in call.items()}
+        if real:
+            kv = call[low.launch_of(flashinfer.__version__, path).kv]
+            kwargs = low.describe_call(call, C.describe, flashinfer.__version__, path)
+        else:
+            kv = call["kv_cache"]
+            kwargs = {k: C.describe(v) for k, v in call.items()}
         records.append(dict(
             case=case.name,
             kwargs=dict(sorted(kwargs.items())),
@@ -268,10 +295,15 @@ def main(release: str, out_path: str, real: bool = False) -> None:
         ))
     import importlib.metadata as md
     with open(out_path, "w") as f:
-        json.dump(dict(release=release, sglang=md.version("sglang"), torch=torch.__version__,
-                       records=records), f, indent=1, sort_keys=True)
+        meta = dict(release=release, sglang=md.version("sglang"), torch=torch.__version__, records=records)
+        if real:
+            meta.update(flashinfer=flashinfer.__version__, device=dev)
+        json.dump(meta, f, indent=1, sort_keys=True)
         f.write("\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], real=sys.argv[3:] == ["real"])
+    mode = sys.argv[3:]
+    if mode not in ([], ["real"], ["real-cpu"]):
+        raise SystemExit(f"usage: {sys.argv[0]} RELEASE OUT.json [real | real-cpu]")
+    main(sys.argv[1], sys.argv[2], real=bool(mode), device="cpu" if mode == ["real-cpu"] else "cuda")

@@ -1,4 +1,12 @@
-"""The adapter's trtllm / sm12x calls against sglang's own (issue 12, item 5), CPU tier.
+"""The adapter's trtllm / sm12x calls against sglang's own (issue 12, item 5).
+
+Tiers: the CPU tier (below; CI), the H200 tiers (the real flashinfer's Python on CUDA tensors on
+both sides' calls, the launch one level below recorded: sglang 0.5.10 with flashinfer 0.6.7.post2,
+trtllm-gen; sglang 0.5.23 with flashinfer 0.7.4, trtllm-gen and sm12x), the 0.5.23 tier's CPU
+rehearsal (opt-in, side environment) and its negative controls through flashinfer 0.7.4 on CPU
+tensors (CI, where flashinfer 0.7.4 is installed).
+
+CPU tier:
 
 sglang 0.5.23's `_forward_trtllm` and `_forward_flashinfer_sparse_mla` run from the installed
 wheel in a side environment (`sglang_call_recorder.py` says exactly what is replaced there) and
@@ -73,10 +81,11 @@ class Recorder:
         return torch.zeros(q.shape[0], 1, q.shape[2], 512, dtype=torch.bfloat16)
 
 
-def adapter_call(case: C.Case, release: str = "0.5.23", real_flashinfer=None, **adapter_kw):
+def adapter_call(case: C.Case, release: str = "0.5.23", real_flashinfer=None, device: str = "cuda",
+                 **adapter_kw):
     """Run the adapter on the case's batch; return its one flashinfer call and the pool. With
-    real_flashinfer (H200 tier): that module, on CUDA, its launch recorded one level below
-    (flashinfer_low_level.install must be in effect)."""
+    real_flashinfer (H200 tier): that module, on `device` (CUDA; the CPU for the rehearsal), its
+    launch recorded one level below (flashinfer_low_level.install must be in effect)."""
     sig = signature_of(release)
     rec = Recorder(sig)
     fi = types.SimpleNamespace(__version__=sig["version"],
@@ -84,7 +93,7 @@ def adapter_call(case: C.Case, release: str = "0.5.23", real_flashinfer=None, **
                                mla=types.SimpleNamespace(trtllm_batch_decode_with_kv_cache_mla=rec))
     dev = "cpu"
     if real_flashinfer is not None:
-        fi, dev = real_flashinfer, "cuda"
+        fi, dev = real_flashinfer, device
         L.CALLS.clear()
     else:
         adapter_kw.setdefault("workspace_bytes", C.POOL_TOKENS)
@@ -252,28 +261,66 @@ def test_live_sglang_reproduces_the_fixture(release, tmp_path):
 
 
 # ---------------------------------------------------------------- H200 tier (real flashinfer)
-def compare_low_level(case: C.Case, ours: dict, pool: torch.Tensor, theirs: dict) -> None:
-    """The launch below flashinfer 0.6.7.post2's entry point, after its own Python ran on each call:
-    the same rules as compare(), on the arguments the kernel would get."""
-    mine, sg = L.describe_call(ours, C.describe), theirs["kwargs"]
-    assert set(mine) == set(sg) == set(L.ARGS), case.name
-    assert mine["block_tables"] == sg["block_tables"], f"{case.name}: block tables differ"
-    k = sg["sparse_mla_top_k"]["value"]
-    assert [min(s, k) for s in sg["seq_lens"]["values"]] == mine["seq_lens"]["values"], case.name
-    if case.phase == "prefill":
-        assert sg["seq_lens"]["values"] == mine["seq_lens"]["values"], case.name
-    for name in ("query", "key_cache", "value_cache"):
+# The launch's arguments by role, per path (flashinfer_low_level.LAUNCHES says where each launch is)
+ROLES = {
+    "trtllm": dict(table="block_tables", lens="seq_lens", query="query", kv=("key_cache", "value_cache"),
+                   out="out", scales=("bmm1_scale", "bmm2_scale")),
+    "sm12x": dict(table="indices", lens="lengths", query="q", kv=("cache",), out="output", scales=("scale",)),
+}
+
+
+def compare_low_level(case: C.Case, ours: dict, pool: torch.Tensor, theirs: dict,
+                      version: str = L.VERSION, path: str = "trtllm") -> None:
+    """The launch below flashinfer's entry point, after its own Python ran on each call: the same
+    rules as compare(), on the arguments the kernel (sm12x: its prepared-plan layer) would get."""
+    launch, roles = L.launch_of(version, path), ROLES[path]
+    mine, sg = L.describe_call(ours, C.describe, version, path), theirs["kwargs"]
+    names = set(launch.args) if launch.args is not None else set(sg)
+    assert set(mine) == set(sg) == names, (case.name, set(mine) ^ set(sg))
+    assert mine[roles["table"]] == sg[roles["table"]], f"{case.name}: block tables differ"
+    lens = roles["lens"]
+    if path == "trtllm":
+        # sglang passes the full KV length for decode, the kernel reads min(seq_len, top-k) slots
+        k = sg["sparse_mla_top_k"]["value"]
+        assert [min(s, k) for s in sg[lens]["values"]] == mine[lens]["values"], case.name
+    if case.phase == "prefill" or path != "trtllm":
+        assert sg[lens] == mine[lens], f"{case.name}: {lens} differ: {mine[lens]} vs {sg[lens]}"
+    for name in (roles["query"],) + roles["kv"]:
         assert mine[name] == sg[name], f"{case.name}: {name} differs: {mine[name]} vs {sg[name]}"
-    assert ours["key_cache"].untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()
+    assert ours[launch.kv].untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()
     assert theirs["kv_cache_is_view_of_pool"]
     # the output flashinfer allocated: its shape and dtype (its contents are uninitialised)
-    assert (mine["out"]["dtype"], mine["out"]["shape"]) == (sg["out"]["dtype"], sg["out"]["shape"])
-    for name in ("bmm1_scale", "bmm2_scale"):
+    out = roles["out"]
+    assert (mine[out]["dtype"], mine[out]["shape"]) == (sg[out]["dtype"], sg[out]["shape"]), case.name
+    for name in roles["scales"]:
         assert mine[name]["value"] == pytest.approx(sg[name]["value"], rel=1e-7), (case.name, name)
-    rest = set(L.ARGS) - {"block_tables", "seq_lens", "query", "key_cache", "value_cache", "out",
-                          "bmm1_scale", "bmm2_scale", "workspace_bytes"}
-    for name in sorted(rest):  # max_seq_len, batch_size, sparse_mla_top_k, sm_count, enable_pdl, …
+    if "kv_scale_format" in names:  # sm12x: how the cache's fp32 scales are read (issue 12's bug)
+        assert mine["kv_scale_format"] == sg["kv_scale_format"], \
+            f"{case.name}: kv_scale_format differs: {mine['kv_scale_format']} vs {sg['kv_scale_format']}"
+    done = {roles["table"], lens, roles["query"], out, *roles["kv"], *roles["scales"]}
+    for name in sorted(names - done):  # max_seq_len, batch size, top-k, SM count, PDL, scratch presence, …
         assert mine[name] == sg[name], (case.name, name, mine[name], sg[name])
+
+
+def _h200_env(var: str, version: str):
+    path = os.environ.get(var)
+    if not path:
+        pytest.skip(f"{var} is not set (the H200 tier runs on a GPU machine)")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    fi = pytest.importorskip("flashinfer")
+    if fi.__version__ != version:
+        pytest.skip(f"this H200 tier is written for flashinfer {version}, found {fi.__version__}")
+    return path, fi
+
+
+def _record_live(release: str, path: str, tmp_path, mode: str = "real", python: str = sys.executable) -> dict:
+    out = tmp_path / "calls.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([python, "-W", "ignore", str(HERE / "sglang_call_recorder.py"), release,
+                           str(out), mode], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["case"]: r for r in json.loads(out.read_text())["records"]}
 
 
 def test_h200_tier_real_flashinfer_low_level_launch(tmp_path):
@@ -281,20 +328,8 @@ def test_h200_tier_real_flashinfer_low_level_launch(tmp_path):
     CUDA device (its Python checks run on both calls), the launch one level below recorded.
     NSA_POLICY_SGLANG_H200_PATH: a PYTHONPATH holding sglang 0.5.10's wheel contents and the
     packages its import needs (benchmarks/gpu_runtime_session.sh builds it on the H200)."""
-    path = os.environ.get("NSA_POLICY_SGLANG_H200_PATH")
-    if not path:
-        pytest.skip("NSA_POLICY_SGLANG_H200_PATH is not set (the H200 tier runs on a GPU machine)")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    fi = pytest.importorskip("flashinfer")
-    if fi.__version__ != L.VERSION:
-        pytest.skip(f"the H200 tier is written for flashinfer {L.VERSION}, found {fi.__version__}")
-    out = tmp_path / "calls.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, "-W", "ignore", str(HERE / "sglang_call_recorder.py"), "0.5.10",
-                           str(out), "real"], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    live = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    path, fi = _h200_env("NSA_POLICY_SGLANG_H200_PATH", L.VERSION)
+    live = _record_live("0.5.10", path, tmp_path)
     assert set(live) == set(records_of("0.5.10"))
     restore = L.install(fi)
     try:
@@ -306,6 +341,36 @@ def test_h200_tier_real_flashinfer_low_level_launch(tmp_path):
     finally:
         restore()
     assert compared == 8
+
+
+def _compare_through_real_074(fi, live: dict, device: str, **adapter_kw) -> dict:
+    """The adapter's 20 calls through the real flashinfer 0.7.4 (each path's launch recorded),
+    compared with sglang 0.5.23's 10; returns the count per path."""
+    assert set(live) == set(records_of("0.5.23"))
+    compared = {"trtllm": 0, "sm12x": 0}
+    extra = L.cpu_rehearsal_patches() if device == "cpu" else None
+    for _, case in _cases("0.5.23"):
+        path = L.PATH_OF_BACKEND[case.backend]
+        restore = L.install(fi, path, extra=extra)
+        try:
+            ours, pool = adapter_call(case, "0.5.23", real_flashinfer=fi, device=device, **adapter_kw)
+        finally:
+            restore()
+        compare_low_level(case, ours, pool, sglang_record(live, case), fi.__version__, path)
+        compared[path] += 1
+    return compared
+
+
+def test_h200_tier_sglang_0523_real_flashinfer_074(tmp_path):
+    """sglang 0.5.23's _forward_trtllm (trtllm-gen, sm100) and _forward_flashinfer_sparse_mla (sm12x)
+    and the adapter's calls through the real flashinfer 0.7.4 (0.5.23's pin is 0.7.2; 0.7.4 is the
+    adapter's) on a CUDA device: its Python runs on both sides' calls and each path's launch one level
+    below is recorded (flashinfer_low_level.LAUNCHES), the device told compute capability 10.0 for
+    trtllm-gen and 12.0 for sm12x. NSA_POLICY_SGLANG23_H200_PATH: a PYTHONPATH holding sglang
+    0.5.23's Python files and the packages its import needs (benchmarks/gpu_runtime_session.sh diff23)."""
+    path, fi = _h200_env("NSA_POLICY_SGLANG23_H200_PATH", "0.7.4")
+    live = _record_live("0.5.23", path, tmp_path)
+    assert _compare_through_real_074(fi, live, "cuda") == {"trtllm": 16, "sm12x": 4}
 
 
 def test_low_level_comparison_catches_a_moved_slot_and_another_query():
@@ -333,3 +398,68 @@ def test_low_level_comparison_catches_a_moved_slot_and_another_query():
     other["query"].view(-1)[0] += 1
     with pytest.raises(AssertionError, match="query"):
         compare_low_level(case, other, x["pool"], theirs)
+
+
+# ---------------------------------------------------------------- the 0.7.4 tier, rehearsed on the CPU
+def _flashinfer_074():
+    fi = pytest.importorskip("flashinfer")
+    if fi.__version__ != "0.7.4":
+        pytest.skip(f"written for flashinfer 0.7.4, found {fi.__version__}")
+    return fi
+
+
+def _flashinfer_site(tmp_path) -> str:
+    """A folder holding (links to) this interpreter's flashinfer and the few modules its import needs
+    beyond a sglang side environment, for the side environment's PYTHONPATH."""
+    import importlib.util
+    site = tmp_path / "fi_site"
+    site.mkdir()
+    for name in ("flashinfer", "pynvml", "tabulate"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            pytest.skip(f"{name} is not importable here")
+        src = pathlib.Path(spec.origin)
+        src = src.parent if src.name == "__init__.py" else src
+        (site / src.name).symlink_to(src)
+    return str(site)
+
+
+def test_cpu_rehearsal_sglang_0523_real_flashinfer_074(tmp_path):
+    """The 0.5.23 H200 tier on CPU tensors: sglang 0.5.23 (its side environment) and the adapter
+    through the real flashinfer 0.7.4 Python, the device queries answered as on the H200 tier plus
+    an SM count of 0 (the adapter's off CUDA). Opt-in, as the side-environment tests."""
+    python, pythonpath = _side_env("0.5.23")
+    fi = _flashinfer_074()
+    live = _record_live("0.5.23", os.pathsep.join([pythonpath, _flashinfer_site(tmp_path)]), tmp_path,
+                        mode="real-cpu", python=python)
+    assert _compare_through_real_074(fi, live, "cpu", workspace_bytes=1 << 20) == {"trtllm": 16, "sm12x": 4}
+
+
+def test_low_level_074_comparison_catches_the_scale_format_and_a_moved_slot():
+    """The 0.7.4 comparison's negative controls, through the real flashinfer 0.7.4 Python on CPU
+    tensors (CI installs it): the adapter's sm12x launch against itself with the other kv_scale_format
+    (the bug issue 12 named), and its trtllm-gen launch against itself with one slot moved."""
+    fi = _flashinfer_074()
+
+    def launch(case, path, **kw):
+        restore = L.install(fi, path, extra=L.cpu_rehearsal_patches())
+        try:
+            return adapter_call(case, "0.5.23", real_flashinfer=fi, device="cpu", workspace_bytes=1 << 20, **kw)
+        finally:
+            restore()
+
+    sm12x = C.Case("flashinfer_sparse_mla", "decode", "fp8", 64, 64)
+    ours, pool = launch(sm12x, "sm12x")
+    theirs = dict(kwargs=L.describe_call(ours, C.describe, "0.7.4", "sm12x"), kv_cache_is_view_of_pool=True)
+    assert theirs["kwargs"]["kv_scale_format"]["value"] == "arbitrary_fp32"
+    compare_low_level(sm12x, ours, pool, theirs, "0.7.4", "sm12x")  # itself: equal
+    wrong, pool = launch(sm12x, "sm12x", kv_scale_format="pow2_fp32")
+    with pytest.raises(AssertionError, match="kv_scale_format"):
+        compare_low_level(sm12x, wrong, pool, theirs, "0.7.4", "sm12x")
+    trt = C.Case("trtllm", "prefill", "fp8", 32, 1)
+    ours, pool = launch(trt, "trtllm")
+    theirs = dict(kwargs=L.describe_call(ours, C.describe, "0.7.4", "trtllm"), kv_cache_is_view_of_pool=True)
+    compare_low_level(trt, ours, pool, theirs, "0.7.4", "trtllm")
+    theirs["kwargs"]["block_tables"]["values"][2][0][0] += 1
+    with pytest.raises(AssertionError, match="block tables"):
+        compare_low_level(trt, ours, pool, theirs, "0.7.4", "trtllm")
