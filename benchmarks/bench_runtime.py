@@ -314,6 +314,13 @@ def _mla_shape(rt, torch, flashinfer, flash_mla, gen, pool, scale, kv, page_tabl
     row["stage_ms"]["compact_transform_block64"] = bench(lambda: rt.transform_index_page_table_prefill_compact(
         block_table, topk, page_size=PAGE, out=pk64, counts=pc64, cu_extend_lens=cu64, impl="triton"))
     row["block64_compaction_equal"] = bool(torch.equal(pk64, packed) and torch.equal(pc64, counts))
+    # what the FlashMLA path runs since run 9: slots in place, last valid position + 1 per row
+    row["stage_ms"]["lengths_transform"] = bench(lambda: rt.transform_index_page_table_prefill_lengths(
+        table, topk, page_size=1, out=pk, lengths=pc, cu_extend_lens=cu, impl="triton"))
+    row["stage_ms"]["lengths_transform_block64"] = bench(lambda: rt.transform_index_page_table_prefill_lengths(
+        block_table, topk, page_size=PAGE, out=pk64, lengths=pc64, cu_extend_lens=cu64, impl="triton"))
+    # on these valid-first rows the lengths are the counts and the slots the packed ones
+    row["lengths_equal_counts"] = bool(torch.equal(pc64, counts) and torch.equal(pk64, packed))
     # the compacting transform at other (block / warps): time and output equal to the default's
     from nsa_policy.runtime import _triton_transforms as tt
     variants = {}
@@ -480,10 +487,12 @@ def markdown(env, copy_rate, passes, mla_rows, sweep=()) -> str:
         for r in mla_rows:
             lines.append(f"| {r['tokens']} × {r['heads']} | " + " | ".join(
                 " / ".join(f"{x * 100:.1f}%" for x in r["paired_ratio_blocks"][k]) for k in keys) + " |")
-        lines += ["", "Adapter stages (do_bench ms): the compacting transform on the token table and on the "
+        lines += ["", "Adapter stages (do_bench ms): the compacting transform (FA3's CSR path) and the lengths "
+                  "transform (FlashMLA's path: slots in place, last valid position + 1) on the token table / on the "
                   "block table, the head-padding copy, the kernel alone on the adapter's own buffers; host µs "
                   "per eager call; per call in a graph of 20 calls (host gaps removed):", "",
-                  "| T × H | compact, token table | compact, block table | pad copy | kernel on adapter buffers | "
+                  "| T × H | compact, token / block table | lengths, token / block table | pad copy | "
+                  "kernel on adapter buffers | "
                   "adapter host µs / bare host µs | graph ms FlashMLA adapter / bare+len | graph ms FlashMLA "
                   "adapter q in buffer + block table / bare+len | graph ms FA3 adapter / bare | graph ms FA3 "
                   "adapter block table / bare | outputs bit-equal to the bare kernel's |",
@@ -492,8 +501,9 @@ def markdown(env, copy_rate, passes, mla_rows, sweep=()) -> str:
             st, hu = r["stage_ms"], r["host_us"]
             eq = r["adapter_equals_bare_bitwise"]
             lines.append(
-                f"| {r['tokens']} × {r['heads']} | {st['compact_transform']:.4f} | "
-                f"{st['compact_transform_block64']:.4f} | {st['pad_heads_copy']:.4f} | "
+                f"| {r['tokens']} × {r['heads']} | {st['compact_transform']:.4f} / "
+                f"{st['compact_transform_block64']:.4f} | {st.get('lengths_transform', float('nan')):.4f} / "
+                f"{st.get('lengths_transform_block64', float('nan')):.4f} | {st['pad_heads_copy']:.4f} | "
                 f"{st['flashmla_kernel_on_adapter_buffers']:.4f} | {hu['flashmla_adapter']:.1f} / "
                 f"{hu['flashmla_bare_topk_length']:.1f} | "
                 f"{_graph_cell(r, 'flashmla_adapter', 'flashmla_bare_topk_length')} | "

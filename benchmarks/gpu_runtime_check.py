@@ -1,7 +1,7 @@
 """Correctness of the runtime adapter on a CUDA GPU (run on the H200; see benchmarks/results/).
 
 1. The fused Triton transforms equal the torch implementation on random inputs (ragged prefill,
-   decode, compact and CSR forms; int32/int64; −1 and out-of-range; page sizes 1 and 64; small
+   decode, compact, lengths and CSR forms; int32/int64; −1 and out-of-range; page sizes 1 and 64; small
    and large batches, so both request-search paths run).
 2. A CUDA-graph capture of the transform replays correctly after the inputs change in place, and
    the eager call makes no host synchronisation.
@@ -68,6 +68,8 @@ def triton_equals_torch(rt, torch):
                 pt, topk, ext_cpu, p, impl=impl)),
             ("prefill_compact", lambda impl, pt=pt, topk=topk, p=p, cu=cu: torch.cat([y if y.dim() == 2 else y[:, None] for y in
                 rt.transform_index_page_table_prefill_compact(pt, topk, page_size=p, cu_extend_lens=cu, impl=impl)], 1)),
+            ("prefill_lengths", lambda impl, pt=pt, topk=topk, p=p, cu=cu: torch.cat([y if y.dim() == 2 else y[:, None] for y in
+                rt.transform_index_page_table_prefill_lengths(pt, topk, page_size=p, cu_extend_lens=cu, impl=impl)], 1)),
         ):
             cases += 1
             if not torch.equal(fn("triton"), fn("torch")):
@@ -116,6 +118,11 @@ def triton_equals_torch(rt, torch):
             cases += 1
             if not (torch.equal(got, ref) and torch.equal(got_n, ref_n)):
                 mismatches.append(("decode_compact_out", rows * reps, k, p, str(dt)))
+            rt.transform_index_page_table_decode_lengths(tab, tk, p, got, got_n, impl="triton")
+            ref, ref_n = rt.transform_index_page_table_decode_lengths(tab, tk, p, impl="torch")
+            cases += 1
+            if not (torch.equal(got, ref) and torch.equal(got_n, ref_n)):
+                mismatches.append(("decode_lengths_out", rows * reps, k, p, str(dt)))
     record("triton_transforms_equal_torch", not mismatches, cases=cases, mismatches=mismatches)
 
 

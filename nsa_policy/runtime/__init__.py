@@ -18,6 +18,8 @@ _EXPORTS = {
     "transform_index_page_table_decode": "transforms",
     "transform_index_page_table_prefill_compact": "transforms",
     "transform_index_page_table_decode_compact": "transforms",
+    "transform_index_page_table_prefill_lengths": "transforms",
+    "transform_index_page_table_decode_lengths": "transforms",
     "sparse_mla_reference": "reference",
     "softmax_scale_for": "reference",
     "quantize_fp8_656": "quant",

@@ -59,6 +59,15 @@ def write_rows(slots: torch.Tensor, valid: torch.Tensor, out: torch.Tensor) -> t
     return out
 
 
+def write_lengths(valid: torch.Tensor, lengths: torch.Tensor) -> None:
+    """lengths[t] = the last valid position of row t + 1 (0 for a row with none)."""
+    if valid.shape[1] == 0:
+        lengths.zero_()
+        return
+    positions = torch.arange(1, valid.shape[1] + 1, device=valid.device)
+    lengths.copy_(torch.where(valid, positions, torch.zeros_like(positions)).amax(dim=1))
+
+
 def write_packed_rows(slots: torch.Tensor, valid: torch.Tensor, out: torch.Tensor,
                       counts: torch.Tensor) -> None:
     """Valid slots first (in their original order), −1 after; counts[t] = valid entries."""

@@ -25,8 +25,10 @@ from nsa_policy.runtime.transforms import (
     cumulative_extend_lens,
     transform_index_page_table_decode,
     transform_index_page_table_decode_compact,
+    transform_index_page_table_decode_lengths,
     transform_index_page_table_prefill,
     transform_index_page_table_prefill_compact,
+    transform_index_page_table_prefill_lengths,
     transform_into_csr,
 )
 
@@ -644,16 +646,18 @@ class SparseMLAAdapter:
         return buf
 
     def _run_flashmla_sparse(self, phase, q, kv_cache, topk_indices, page_table, plan):
-        """FlashMLA sparse prefill (bf16 pool). Valid slots are packed first and their count goes
-        in as topk_length, so the kernel skips the −1 tail of a short row."""
+        """FlashMLA sparse prefill (bf16 pool). The slots stay in place and each row's last valid
+        position + 1 goes in as topk_length: the kernel skips the −1 tail of a short row and masks
+        any −1 before it, so a row written valid-first (sglang's indexer) costs exactly its valid
+        entries, without a packing scan in front of the kernel (runtime_h200_run9)."""
         heads = q.shape[1]
         out, counts = self._plan_buffers(plan, topk_indices)
         if phase == "prefill":
-            transform_index_page_table_prefill_compact(
-                page_table, topk_indices, page_size=self.table_page_size, out=out, counts=counts,
+            transform_index_page_table_prefill_lengths(
+                page_table, topk_indices, page_size=self.table_page_size, out=out, lengths=counts,
                 cu_extend_lens=plan.cu_extend_lens, impl=self.transform_impl)
         else:
-            transform_index_page_table_decode_compact(page_table, topk_indices, self.table_page_size,
+            transform_index_page_table_decode_lengths(page_table, topk_indices, self.table_page_size,
                                                       out, counts, impl=self.transform_impl)
         q = self._padded_q(plan, q)
         kwargs = _flashmla.sparse_prefill_call(

@@ -165,18 +165,23 @@ def _check_empty_row_slot(value: Optional[int]) -> None:
 
 def _transform_compact(page_table: torch.Tensor, topk_indices: torch.Tensor, cu: Optional[torch.Tensor],
                        page_size: int, out: Optional[torch.Tensor], counts: Optional[torch.Tensor],
-                       impl: str, empty_row_slot: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       impl: str, empty_row_slot: Optional[int] = None,
+                       lengths: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     t = topk_indices.shape[0]
     _check_empty_row_slot(empty_row_slot)
     out = _check_out("out", out, tuple(topk_indices.shape), topk_indices.device)
-    counts = _check_out("counts", counts, (t,), topk_indices.device)
+    counts = _check_out("lengths" if lengths else "counts", counts, (t,), topk_indices.device)
     if _resolve_impl(impl, topk_indices.device) == "triton":
         from nsa_policy.runtime import _triton_transforms
         _triton_transforms.launch_transform_compact(page_table, topk_indices, cu, page_size, out, counts,
-                                                    empty_row_slot=empty_row_slot)
+                                                    empty_row_slot=empty_row_slot, lengths=lengths)
         return out, counts
     req, row_valid = _rows_of(page_table, topk_indices, cu)
     slots, valid = _ref.gather_slots(page_table, topk_indices, req, row_valid, page_size)
+    if lengths:
+        _ref.write_rows(slots, valid, out)
+        _ref.write_lengths(valid, counts)
+        return out, counts
     _ref.write_packed_rows(slots, valid, out, counts)
     if empty_row_slot is not None and t and out.shape[1]:
         _ref.point_empty_rows(out, counts, empty_row_slot)
@@ -307,6 +312,47 @@ def transform_index_page_table_decode_compact(
         raise ValueError(f"decode needs one page_table row per topk_indices row, got "
                          f"{page_table.shape[0]} and {topk_indices.shape[0]}")
     return _transform_compact(page_table, topk_indices, None, page_size, out, counts, impl, empty_row_slot)
+
+
+def transform_index_page_table_prefill_lengths(
+    page_table: torch.Tensor, topk_indices: torch.Tensor, extend_lens: Optional[ExtendLens] = None,
+    page_size: int = 1, out: Optional[torch.Tensor] = None, lengths: Optional[torch.Tensor] = None, *,
+    cu_extend_lens: Optional[torch.Tensor] = None, impl: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prefill transform's slots, each in its place (−1 where unused), and per row the last
+    valid position + 1: for a kernel that takes a length per row and skips −1 within it
+    (FlashMLA's topk_length). On rows with their valid entries first, which is how sglang's
+    indexer writes them, the length is the count and the kernel does exactly the packed work,
+    without the compaction's prefix scan (128 × 2048 on the H200: runtime_h200_run9)."""
+    if (extend_lens is None and out is not None and lengths is not None
+            and _fast_compact_ok(page_table, topk_indices, page_size, out, lengths, impl, None)
+            and _fast_cu_ok(cu_extend_lens, page_table, out)):
+        from nsa_policy.runtime import _triton_transforms
+        _triton_transforms.launch_transform_compact(page_table, topk_indices, cu_extend_lens, page_size, out,
+                                                    lengths, lengths=True)
+        return out, lengths
+    _check_inputs(page_table, topk_indices, page_size)
+    cu = _cu_for_prefill(page_table, topk_indices, extend_lens, cu_extend_lens)
+    return _transform_compact(page_table, topk_indices, cu, page_size, out, lengths, impl, lengths=True)
+
+
+def transform_index_page_table_decode_lengths(
+    page_table: torch.Tensor, topk_indices: torch.Tensor, page_size: int = 1,
+    out: Optional[torch.Tensor] = None, lengths: Optional[torch.Tensor] = None, *, impl: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode form of transform_index_page_table_prefill_lengths."""
+    if (out is not None and lengths is not None
+            and _fast_compact_ok(page_table, topk_indices, page_size, out, lengths, impl, None)
+            and page_table.shape[0] == topk_indices.shape[0]):
+        from nsa_policy.runtime import _triton_transforms
+        _triton_transforms.launch_transform_compact(page_table, topk_indices, None, page_size, out, lengths,
+                                                    lengths=True)
+        return out, lengths
+    _check_inputs(page_table, topk_indices, page_size)
+    if page_table.shape[0] != topk_indices.shape[0]:
+        raise ValueError(f"decode needs one page_table row per topk_indices row, got "
+                         f"{page_table.shape[0]} and {topk_indices.shape[0]}")
+    return _transform_compact(page_table, topk_indices, None, page_size, out, lengths, impl, lengths=True)
 
 
 def transform_into_csr(

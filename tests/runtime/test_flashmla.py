@@ -22,6 +22,7 @@ from nsa_policy.runtime import (  # noqa: E402
     quantize_fp8_656,
     softmax_scale_for,
     sparse_mla_reference,
+    transform_index_page_table_prefill,
 )
 
 from .helpers import decision  # noqa: E402
@@ -138,8 +139,12 @@ def test_bf16_default_prefill_flashmla_sparse_and_fa3_decode(fake_flashinfer, he
                     a.plan_prefill(prob["extend"], prob["seq"]))
     call = fm.sparse_calls[-1]
     assert call["q"].shape[1] == (64 if heads <= 64 else 128) and out.shape == (len(prob["topk"]), heads, 512)
-    # valid slots packed first, their count as topk_length
-    assert call["topk_length"].tolist() == (prob["topk"] >= 0).sum(1).tolist()
+    # the slots in place (−1 kept, masked by the kernel), the last valid position + 1 as topk_length
+    slots = call["indices"][:, 0]
+    assert slots.tolist() == transform_index_page_table_prefill(
+        prob["page_table"], prob["topk"], prob["extend"]).tolist()
+    assert call["topk_length"].tolist() == [max([j + 1 for j, v in enumerate(r) if v >= 0], default=0)
+                                            for r in slots.tolist()]
     close(out, expected(prob))
     dec = ragged_problem(21, extend=(1, 1, 1), prefix=(4, 40, 9), heads=heads, k=16)
     out = a.decode(dec["q"], dec["kv"], dec["topk"], dec["page_table"], a.plan_decode(dec["seq"]))

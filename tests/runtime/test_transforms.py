@@ -8,8 +8,10 @@ from hypothesis import strategies as st  # noqa: E402
 from nsa_policy.runtime import (  # noqa: E402
     transform_index_page_table_decode,
     transform_index_page_table_decode_compact,
+    transform_index_page_table_decode_lengths,
     transform_index_page_table_prefill,
     transform_index_page_table_prefill_compact,
+    transform_index_page_table_prefill_lengths,
 )
 from nsa_policy.runtime.transforms import transform_into_csr, triton_available  # noqa: E402
 
@@ -76,6 +78,26 @@ def test_compact_packs_valid_slots_first(batch, impl):
         page_table.to(DEVICE), topk.to(DEVICE), extend_lens, page_size, impl=impl)
     assert counts.tolist() == [len(r) for r in expected]
     assert packed.tolist() == [r + [-1] * (k - len(r)) for r in expected]
+
+
+def last_valid_plus_one(rows):
+    return [max([j + 1 for j, v in enumerate(row) if v != -1], default=0) for row in rows]
+
+
+@settings(max_examples=150, deadline=None)
+@given(ragged_batches(), st.sampled_from(IMPLS))
+def test_lengths_keep_slots_in_place_and_give_the_last_valid_position(batch, impl):
+    page_table, topk, extend_lens, page_size = batch
+    expected = naive_transform(page_table, topk, rows_of(extend_lens), page_size)
+    slots, lengths = transform_index_page_table_prefill_lengths(
+        page_table.to(DEVICE), topk.to(DEVICE), extend_lens, page_size, impl=impl)
+    assert slots.tolist() == expected
+    assert lengths.tolist() == last_valid_plus_one(expected)
+    rows = min(page_table.shape[0], topk.shape[0])
+    expected = naive_transform(page_table[:rows], topk[:rows], list(range(rows)), page_size)
+    slots, lengths = transform_index_page_table_decode_lengths(
+        page_table[:rows].to(DEVICE), topk[:rows].to(DEVICE), page_size, impl=impl)
+    assert slots.tolist() == expected and lengths.tolist() == last_valid_plus_one(expected)
 
 
 @settings(max_examples=150, deadline=None)
@@ -198,3 +220,47 @@ def test_empty_rows_can_point_at_a_dummy_slot(impl):
     assert packed.tolist() == [[9, 7, -1], [0, -1, -1], [0, -1, -1]] and counts.tolist() == [2, 1, 1]
     with pytest.raises(ValueError, match="empty_row_slot"):
         transform_index_page_table_decode_compact(page_table, topk, 1, impl=impl, empty_row_slot=-1)
+
+
+@pytest.mark.skipif(not TRITON_ON_GPU, reason="Triton kernels need a CUDA GPU; "
+                    "benchmarks/gpu_runtime_check.py runs them on the H200")
+@pytest.mark.parametrize("block,warps", [(None, None), (2048, 8), (256, 2), (512, 4)])
+def test_compaction_paths_equal_torch_at_k2048(block, warps):
+    """The compacting kernel's one-block path (valid-first rows stored in place, other rows
+    scanned) and its looping path give torch's answer: packed rows, counts, CSR with padding,
+    dummy slots for empty rows, and the in-place slots with row lengths."""
+    from nsa_policy.runtime import _triton_transforms as tt
+
+    gen = torch.Generator(device="cpu").manual_seed(3)
+    width, k = 3000, 2048
+    extend = [5, 0, 70, 53]
+    rows = sum(extend)
+    pt = torch.randint(-1, 1 << 20, (len(extend), width), generator=gen, dtype=torch.int32)
+    lens = torch.randint(0, k + 1, (rows,), generator=gen)
+    valid_first = torch.where(torch.arange(k)[None] < lens[:, None],
+                              torch.randint(0, width, (rows, k), generator=gen), -1)
+    scattered = torch.randint(-200, width + 50, (rows, k), generator=gen)
+    cu = torch.tensor([0] + list(torch.cumsum(torch.tensor(extend), 0)), dtype=torch.int32)
+    for topk in (valid_first, scattered, torch.cat([valid_first[: rows // 2], scattered[rows // 2:]])):
+        topk = topk.to(torch.int32)
+        for dummy in (None, 7):
+            ref, ref_n = transform_index_page_table_prefill_compact(pt, topk, cu_extend_lens=cu, impl="torch",
+                                                                    empty_row_slot=dummy)
+            out, n = torch.full_like(ref, -9).cuda(), torch.full_like(ref_n, -9).cuda()
+            tt.launch_transform_compact(pt.cuda(), topk.cuda(), cu.cuda(), 1, out, n, empty_row_slot=dummy,
+                                        block=block, warps=warps)
+            assert torch.equal(out.cpu(), ref) and torch.equal(n.cpu(), ref_n)
+        ref_s, ref_l = transform_index_page_table_prefill_lengths(pt, topk, cu_extend_lens=cu, impl="torch")
+        out, n = torch.full_like(ref_s, -9).cuda(), torch.full_like(ref_l, -9).cuda()
+        tt.launch_transform_compact(pt.cuda(), topk.cuda(), cu.cuda(), 1, out, n, block=block, warps=warps,
+                                    lengths=True)
+        assert torch.equal(out.cpu(), ref_s) and torch.equal(n.cpu(), ref_l)
+        caps = (ref_n + torch.randint(-2, 3, (rows,), generator=gen)).clamp(min=0)
+        indptr = torch.zeros(rows + 1, dtype=torch.int32)
+        indptr[1:] = torch.cumsum(caps, 0)
+        want = torch.full((int(indptr[-1]),), -9, dtype=torch.int32)
+        transform_into_csr(pt, topk, cu, 1, indptr, want, pad_slot=4, impl="torch")
+        got = torch.full_like(want, -9).cuda()
+        tt.launch_transform_compact(pt.cuda(), topk.cuda(), cu.cuda(), 1, got, None, indptr.cuda(), 4,
+                                    block=block, warps=warps)
+        assert torch.equal(got.cpu(), want)
