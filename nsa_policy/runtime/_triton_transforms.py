@@ -225,12 +225,21 @@ def _transform_compact_body(
         idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
         ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
         slot, ok = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
-        # one reduction for two numbers: the count (high word) and the sum of the valid positions
-        # (low word); the positions are 0 … count − 1 exactly when that sum is count·(count − 1)/2
-        both = tl.sum(tl.where(ok, cols.to(tl.int64) + (1 << 32), 0), axis=0)
-        count64 = both >> 32
-        count = count64.to(tl.int32)
-        if both - (count64 << 32) == count64 * (count64 - 1) // 2:
+        if CSR:
+            # the row fills its planned capacity in place exactly when its first `capacity`
+            # entries are valid and none after them is: one int32 sum tells (an entry past the
+            # capacity weighs more than a whole row)
+            weight = tl.where(ok, tl.where(cols < capacity, 1, 2 * BLOCK), 0)
+            in_place = tl.sum(weight, axis=0) == capacity
+            count = capacity  # where in place; counted below otherwise
+        else:
+            # one reduction for two numbers: the count (high word) and the sum of the valid
+            # positions (low word); they are 0 … count − 1 exactly when that sum is count·(count − 1)/2
+            both = tl.sum(tl.where(ok, cols.to(tl.int64) + (1 << 32), 0), axis=0)
+            count64 = both >> 32
+            count = count64.to(tl.int32)
+            in_place = both - (count64 << 32) == count64 * (count64 - 1) // 2
+        if in_place:
             # valid slots already first (how sglang's indexer writes its rows): stored in place
             vals = tl.where(ok, slot, tail)
             if HAS_DUMMY:
@@ -239,6 +248,8 @@ def _transform_compact_body(
                 vals = tl.where((cols == 0) & (count == 0), dummy_slot, vals)
             tl.store(base_ptr + cols, vals.to(tl.int32), mask=cols < capacity)
         else:
+            if CSR:
+                count = tl.sum(ok.to(tl.int32), axis=0)
             rank = tl.cumsum(ok.to(tl.int32), axis=0) - 1
             tl.store(base_ptr + rank, slot.to(tl.int32), mask=ok & (rank < capacity))
             tl.store(base_ptr + cols, tl.zeros([BLOCK], dtype=tl.int32) + tail,
