@@ -11,7 +11,11 @@ MLA part (1M-token bf16 pool in random 64-token pages, two requests, sglang-shap
 - empty + kernel: an empty Triton launch, then the kernel (the floor of any one-launch transform).
 Experimental kernels live here; what wins moves into nsa_policy/runtime/_triton_transforms.py.
 
-Usage (GPU machine): python3 benchmarks/gpu_compact_probe.py --out DIR
+--context N gives the second request N tokens of KV instead of the whole pool (131072: the 128k
+context of RUNTIME.md's decode shape; DeepSeek-V3.2 serves at most 163840), so its token-table row
+is 512 KB instead of 4 MB.
+
+Usage (GPU machine): python3 benchmarks/gpu_compact_probe.py --out DIR [--context N]
 """
 from __future__ import annotations
 
@@ -100,6 +104,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--iters", type=int, default=40)
+    ap.add_argument("--context", type=int, default=0,
+                    help="the second request's KV length (default: the whole 1M-token pool, as bench_runtime)")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -115,12 +121,15 @@ def main() -> None:
     page_table = (pages[:, None] * PAGE + torch.arange(PAGE, device="cuda", dtype=torch.int32)).reshape(1, -1)
     rows3 = kv.view(-1, 1, 576)
     q = torch.randn(T, HEADS, 576, generator=gen, device="cuda").to(torch.bfloat16)
-    half, prefix = T // 2, pool - T
+    half = T // 2
+    prefix = (args.context or pool - half) - (T - half)
     cols = torch.arange(K, device="cuda")
     first = torch.where(cols[None, :] <= torch.arange(half, device="cuda")[:, None], cols[None, :], -1)
     second = torch.randint(0, prefix, (T - half, K), generator=gen, device="cuda")
     topk = torch.cat([first, second]).to(torch.int32)
-    table = torch.stack([page_table[0, :prefix + T - half], page_table[0, -(prefix + T - half):]])
+    # the second request's token row is the expansion of its block-table row below (same slots)
+    start = PAGE * (half // PAGE)
+    table = torch.stack([page_table[0, :prefix + T - half], page_table[0, start:start + prefix + T - half]])
     width = -(-(prefix + T - half) // PAGE)
     block_table = torch.stack([pages[:width], pages[half // PAGE: half // PAGE + width]])
     extend, seq = [half, T - half], [half, prefix + T - half]
@@ -209,9 +218,13 @@ def main() -> None:
         _compact_variant_addr[(T,)](*csr_args, K, PAGE, 16, False, False, True, True, num_warps=16)
         return fa_plan.wrapper.run(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv, kpe_cache=kpe)
 
+    fa_tok = rt.SparseMLAAdapter.from_decision(decision(), device="cuda", softmax_scale=scale, num_heads=HEADS,
+                                               prefill_backend="fa3", phases=("prefill",))
+    fa_tok_plan = fa_tok.plan_prefill(extend, seq)
     fa_fns = {
         "fa3_bare": lambda: bare_fa.run(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv, kpe_cache=kpe),
         "fa3_adapter_b64": lambda: fa.prefill(q, kv, topk, block_table, fa_plan),
+        "fa3_adapter_token": lambda: fa_tok.prefill(q, kv, topk, table, fa_tok_plan),
         "fa3_straight_addr_hint_b64": fa3_straight,
     }
     fa_ref = fa_fns["fa3_bare"]()
@@ -235,7 +248,8 @@ def main() -> None:
     ms = {n: [median(blk[n]) for blk in blocks] for n in fns}
     over_us = {n: [1000 * (median(blk[n]) - median(blk["bare"])) for blk in blocks] for n in fns}
     fine = cold_graph_times(fns, torch)
-    result = dict(env=environment(), note=note, shape=dict(tokens=T, heads=HEADS, k=K, pool=pool),
+    result = dict(env=environment(), note=note, shape=dict(tokens=T, heads=HEADS, k=K, pool=pool,
+                                                           context=prefix + T - half),
                   equal_bits=equal, bare_over_path_blocks=ratio, ms_blocks=ms, overhead_us_blocks=over_us,
                   cold_graph_ms=fine, fa3=dict(equal_bits=fa_equal, bare_over_path_blocks=fa_ratio,
                                                overhead_us_blocks=fa_over))
