@@ -39,6 +39,8 @@ from runtime_bench_common import (
     import_runtime,
     load_sglang_transforms,
     median,
+    mla_pool,
+    sglang_shaped_rows,
     sparse_topk,
     warm_up_clocks,
 )
@@ -167,20 +169,9 @@ def transform_bench(rt, sg, torch, copy_rate, seed=0):
 def _mla_shape(rt, torch, flashinfer, flash_mla, gen, pool, scale, kv, page_table, pages, rows3, ckv, kpe, t,
                heads, repeats=3, sweep=False):
     q = torch.randn(t, heads, 576, generator=gen, device="cuda").to(torch.bfloat16)
-    # two requests, sglang-shaped rows: the first starts with no prefix, so its token i has
-    # i + 1 positions then −1s (rows partly −1); the second's prefix nearly fills the pool,
-    # so its rows hold K positions
-    half, prefix = t // 2, pool - t
-    cols = torch.arange(K, device="cuda")
-    first = torch.where(cols[None, :] <= torch.arange(half, device="cuda")[:, None], cols[None, :], -1)
-    second = torch.randint(0, prefix, (t - half, K), generator=gen, device="cuda")
-    topk = torch.cat([first, second]).to(torch.int32)
-    table = torch.stack([page_table[0, :prefix + t - half], page_table[0, -(prefix + t - half):]])
-    # the same two requests' rows as a block table of 64-token pages (sglang's page size for
-    # DSA; the token table above is its expansion): the adapter reads either, same slots
-    width = -(-(prefix + t - half) // PAGE)
-    block_table = torch.stack([pages[:width], pages[half // PAGE: half // PAGE + width]])
-    extend, seq = [half, t - half], [half, prefix + t - half]
+    # two requests, sglang-shaped rows (runtime_bench_common.sglang_shaped_rows); the adapter reads the
+    # token table or the block table of 64-token pages (sglang's DSA page size), same slots
+    topk, table, block_table, extend, seq = sglang_shaped_rows(torch, gen, t, K, pages, page_table, PAGE)
     valid = int((topk >= 0).sum())
     flops = 2 * heads * (576 + 512) * valid
     slots = rt.transform_index_page_table_prefill(table, topk, extend, impl="triton")
@@ -381,11 +372,7 @@ def mla_bench(rt, torch, repeats=3, sweep=False):
     gen = torch.Generator(device="cuda").manual_seed(1)
     pool = 1 << 20
     scale = rt.softmax_scale_for(128, 64, 40.0, 1.0)
-    kv = torch.randn(pool, 576, generator=gen, device="cuda").to(torch.bfloat16)
-    # the pool in pages of 64 tokens placed at random (sglang's DSA page size); the token table is
-    # the expansion of the page order
-    pages = torch.randperm(pool // PAGE, generator=gen, device="cuda").to(torch.int32)
-    page_table = (pages[:, None] * PAGE + torch.arange(PAGE, device="cuda", dtype=torch.int32)).reshape(1, -1)
+    kv, pages, page_table = mla_pool(torch, gen, pool, PAGE)
     rows3 = kv.view(-1, 1, 576)
     ckv, kpe = rows3[..., :512], rows3[..., 512:]
     results = []

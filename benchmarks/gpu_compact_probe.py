@@ -33,6 +33,8 @@ from runtime_bench_common import (
     environment,
     import_runtime,
     median,
+    mla_pool,
+    sglang_shaped_rows,
     warm_up_clocks,
 )
 
@@ -116,23 +118,12 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(1)
     pool = 1 << 20
     scale = rt.softmax_scale_for(128, 64, 40.0, 1.0)
-    kv = torch.randn(pool, 576, generator=gen, device="cuda").to(torch.bfloat16)
-    pages = torch.randperm(pool // PAGE, generator=gen, device="cuda").to(torch.int32)
-    page_table = (pages[:, None] * PAGE + torch.arange(PAGE, device="cuda", dtype=torch.int32)).reshape(1, -1)
+    kv, pages, page_table = mla_pool(torch, gen, pool, PAGE)
     rows3 = kv.view(-1, 1, 576)
     q = torch.randn(T, HEADS, 576, generator=gen, device="cuda").to(torch.bfloat16)
+    topk, table, block_table, extend, seq = sglang_shaped_rows(torch, gen, T, K, pages, page_table, PAGE,
+                                                               args.context)
     half = T // 2
-    prefix = (args.context or pool - half) - (T - half)
-    cols = torch.arange(K, device="cuda")
-    first = torch.where(cols[None, :] <= torch.arange(half, device="cuda")[:, None], cols[None, :], -1)
-    second = torch.randint(0, prefix, (T - half, K), generator=gen, device="cuda")
-    topk = torch.cat([first, second]).to(torch.int32)
-    # the second request's token row is the expansion of its block-table row below (same slots)
-    start = PAGE * (half // PAGE)
-    table = torch.stack([page_table[0, :prefix + T - half], page_table[0, start:start + prefix + T - half]])
-    width = -(-(prefix + T - half) // PAGE)
-    block_table = torch.stack([pages[:width], pages[half // PAGE: half // PAGE + width]])
-    extend, seq = [half, T - half], [half, prefix + T - half]
     packed, counts = rt.transform_index_page_table_prefill_compact(table, topk, extend, impl="triton")
     fm_in = dict(q=q, kv=rows3, sm_scale=scale, d_v=512, use_legacy=True, return_log2_lse=False)
 
@@ -249,7 +240,7 @@ def main() -> None:
     over_us = {n: [1000 * (median(blk[n]) - median(blk["bare"])) for blk in blocks] for n in fns}
     fine = cold_graph_times(fns, torch)
     result = dict(env=environment(), note=note, shape=dict(tokens=T, heads=HEADS, k=K, pool=pool,
-                                                           context=prefix + T - half),
+                                                           context=seq[1]),
                   equal_bits=equal, bare_over_path_blocks=ratio, ms_blocks=ms, overhead_us_blocks=over_us,
                   cold_graph_ms=fine, fa3=dict(equal_bits=fa_equal, bare_over_path_blocks=fa_ratio,
                                                overhead_us_blocks=fa_over))

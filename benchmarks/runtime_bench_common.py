@@ -60,6 +60,34 @@ def sparse_topk(num_tokens: int, k: int, row_len: int, minus_one_fraction: float
     return topk.masked_fill_(drop, -1).to(dtype)
 
 
+def mla_pool(torch, gen, pool: int, page: int):
+    """A bf16 KV pool [pool, 576] laid out in `page`-token pages placed at random (sglang's DSA
+    page size is 64): (kv, the page order, the token table [1, pool] that expands it)."""
+    kv = torch.randn(pool, 576, generator=gen, device="cuda").to(torch.bfloat16)
+    pages = torch.randperm(pool // page, generator=gen, device="cuda").to(torch.int32)
+    page_table = (pages[:, None] * page + torch.arange(page, device="cuda", dtype=torch.int32)).reshape(1, -1)
+    return kv, pages, page_table
+
+
+def sglang_shaped_rows(torch, gen, t: int, k: int, pages, page_table, page: int, context: int = 0):
+    """Two requests' top-k rows as sglang's indexer writes them: the first has no prefix, so its
+    token i has i + 1 positions then −1s (rows partly −1); the second has `context` tokens of KV
+    (default: nearly the whole pool), so its rows hold k random positions. Returns (top-k, token
+    table, block table, extend_lens, seq_lens); each token-table row is the expansion of its
+    block-table row, so both give the same slots."""
+    pool, half = page_table.shape[1], t // 2
+    kv_len = context or pool - half
+    cols = torch.arange(k, device="cuda")
+    first = torch.where(cols[None, :] <= torch.arange(half, device="cuda")[:, None], cols[None, :], -1)
+    second = torch.randint(0, kv_len - (t - half), (t - half, k), generator=gen, device="cuda")
+    topk = torch.cat([first, second]).to(torch.int32)
+    start = page * (half // page)
+    table = torch.stack([page_table[0, :kv_len], page_table[0, start:start + kv_len]])
+    width = -(-kv_len // page)
+    block_table = torch.stack([pages[:width], pages[half // page: half // page + width]])
+    return topk, table, block_table, [half, t - half], [half, kv_len]
+
+
 def sglang_prefill_transform(page_table, topk_indices, extend_lens_cpu):
     """sglang 0.5.10's prefill transform algorithm (re-implemented): a Python loop over requests,
     one torch gather per request on the request's page-table row, then −1 where topk < 0."""

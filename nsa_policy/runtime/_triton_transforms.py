@@ -70,6 +70,18 @@ def _lookup_slots(page_table_ptr, pt_row_ptr_offset, idx, ok, PAGE_SIZE: tl.cons
 
 
 @triton.jit
+def _row_slots(topk_ptr, topk_stride, t, cols, K, row_len, row_ok, page_table_ptr, pt_off,
+               PAGE_SIZE: tl.constexpr):
+    """(slots, ok, in_k) of row t's top-k entries at `cols`: ok where the entry is a position of
+    the row (0 ≤ i < row_len) that maps to a slot; nothing outside the row is dereferenced."""
+    in_k = cols < K
+    idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
+    ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
+    slot, ok = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
+    return slot, ok, in_k
+
+
+@triton.jit
 def _transform_body(
     topk_ptr, topk_stride, page_table_ptr, pt_stride, cu_ptr, out_ptr, out_stride,
     num_reqs, K, row_len,
@@ -78,11 +90,9 @@ def _transform_body(
 ):
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    in_k = cols < K
     req, row_ok = _row_request(cu_ptr, t, num_reqs, RAGGED, VECTOR_BLOCK, SEARCH_STEPS)
-    idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
-    ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
-    slot, ok = _lookup_slots(page_table_ptr, req.to(tl.int64) * pt_stride, idx, ok, PAGE_SIZE)
+    slot, ok, in_k = _row_slots(topk_ptr, topk_stride, t, cols, K, row_len, row_ok, page_table_ptr,
+                                req.to(tl.int64) * pt_stride, PAGE_SIZE)
     slot = tl.where(ok, slot, -1)
     tl.store(out_ptr + t.to(tl.int64) * out_stride + cols, slot.to(tl.int32), mask=in_k)
 
@@ -199,20 +209,16 @@ def _transform_compact_body(
     if LENGTHS:
         if ONE_BLOCK:  # no loop (see below)
             cols = tl.arange(0, BLOCK)
-            in_k = cols < K
-            idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
-            ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
-            slot, ok = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
+            slot, ok, in_k = _row_slots(topk_ptr, topk_stride, t, cols, K, row_len, row_ok, page_table_ptr,
+                                        pt_off, PAGE_SIZE)
             tl.store(base_ptr + cols, tl.where(ok, slot, -1).to(tl.int32), mask=in_k)
             last = tl.max(tl.where(ok, cols + 1, 0), axis=0)
         else:
             last = t * 0
             for start in range(0, K, BLOCK):
                 cols = start + tl.arange(0, BLOCK)
-                in_k = cols < K
-                idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
-                ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
-                slot, ok = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
+                slot, ok, in_k = _row_slots(topk_ptr, topk_stride, t, cols, K, row_len, row_ok, page_table_ptr,
+                                            pt_off, PAGE_SIZE)
                 tl.store(base_ptr + cols, tl.where(ok, slot, -1).to(tl.int32), mask=in_k)
                 last = tl.maximum(last, tl.max(tl.where(ok, cols + 1, 0), axis=0))
         tl.store(counts_ptr + t, last)
@@ -221,10 +227,8 @@ def _transform_compact_body(
         # H200 (runtime_h200_run9), the loop, the prefix scan and the scattered stores cost about
         # 1 µs of the ≈ 5 µs the compaction adds in front of an 86 µs kernel
         cols = tl.arange(0, BLOCK)
-        in_k = cols < K
-        idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
-        ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
-        slot, ok = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
+        slot, ok, in_k = _row_slots(topk_ptr, topk_stride, t, cols, K, row_len, row_ok, page_table_ptr,
+                                    pt_off, PAGE_SIZE)
         if CSR:
             # the row fills its planned capacity in place exactly when its first `capacity`
             # entries are valid and none after them is: one int32 sum tells (an entry past the
@@ -266,10 +270,8 @@ def _transform_compact_body(
         count = t * 0
         for start in range(0, K, BLOCK):
             cols = start + tl.arange(0, BLOCK)
-            in_k = cols < K
-            idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
-            ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
-            slot, ok = _lookup_slots(page_table_ptr, pt_off, idx, ok, PAGE_SIZE)
+            slot, ok, in_k = _row_slots(topk_ptr, topk_stride, t, cols, K, row_len, row_ok, page_table_ptr,
+                                        pt_off, PAGE_SIZE)
             flags = ok.to(tl.int32)
             rank = count + tl.cumsum(flags, axis=0) - 1
             tl.store(base_ptr + rank, slot.to(tl.int32), mask=ok & (rank < capacity))

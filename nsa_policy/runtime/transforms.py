@@ -272,6 +272,41 @@ def transform_index_page_table_decode(
     return _transform(page_table, topk_indices, None, page_size, out, impl)
 
 
+def _prefill_rows(page_table, topk_indices, extend_lens, page_size, out, counts, cu_extend_lens, impl,
+                  empty_row_slot, lengths: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The compacting (lengths False) or lengths form of the prefill transform: the cheap-check
+    fast path when out and counts are preallocated, else the checked path."""
+    if (extend_lens is None and out is not None and counts is not None
+            and _fast_compact_ok(page_table, topk_indices, page_size, out, counts, impl, empty_row_slot)
+            and _fast_cu_ok(cu_extend_lens, page_table, out)):
+        from nsa_policy.runtime import _triton_transforms
+        _triton_transforms.launch_transform_compact(page_table, topk_indices, cu_extend_lens, page_size, out,
+                                                    counts, empty_row_slot=empty_row_slot, lengths=lengths)
+        return out, counts
+    _check_inputs(page_table, topk_indices, page_size)
+    cu = _cu_for_prefill(page_table, topk_indices, extend_lens, cu_extend_lens)
+    return _transform_compact(page_table, topk_indices, cu, page_size, out, counts, impl, empty_row_slot,
+                              lengths=lengths)
+
+
+def _decode_rows(page_table, topk_indices, page_size, out, counts, impl, empty_row_slot,
+                 lengths: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode form of _prefill_rows (one page-table row per top-k row)."""
+    if (out is not None and counts is not None
+            and _fast_compact_ok(page_table, topk_indices, page_size, out, counts, impl, empty_row_slot)
+            and page_table.shape[0] == topk_indices.shape[0]):
+        from nsa_policy.runtime import _triton_transforms
+        _triton_transforms.launch_transform_compact(page_table, topk_indices, None, page_size, out, counts,
+                                                    empty_row_slot=empty_row_slot, lengths=lengths)
+        return out, counts
+    _check_inputs(page_table, topk_indices, page_size)
+    if page_table.shape[0] != topk_indices.shape[0]:
+        raise ValueError(f"decode needs one page_table row per topk_indices row, got "
+                         f"{page_table.shape[0]} and {topk_indices.shape[0]}")
+    return _transform_compact(page_table, topk_indices, None, page_size, out, counts, impl, empty_row_slot,
+                              lengths=lengths)
+
+
 def transform_index_page_table_prefill_compact(
     page_table: torch.Tensor, topk_indices: torch.Tensor, extend_lens: Optional[ExtendLens] = None,
     page_size: int = 1, out: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None, *,
@@ -282,16 +317,8 @@ def transform_index_page_table_prefill_compact(
     −1 after; returns (packed [T, K] int32, counts [T] int32). With `empty_row_slot`, a row with
     no valid slot becomes [empty_row_slot, −1, …] with count 1 (a dummy token, for kernels that
     cannot take an empty row; sglang 0.5.23's prepare_trtllm_nope_sparse_metadata)."""
-    if (extend_lens is None and out is not None and counts is not None
-            and _fast_compact_ok(page_table, topk_indices, page_size, out, counts, impl, empty_row_slot)
-            and _fast_cu_ok(cu_extend_lens, page_table, out)):
-        from nsa_policy.runtime import _triton_transforms
-        _triton_transforms.launch_transform_compact(page_table, topk_indices, cu_extend_lens, page_size, out,
-                                                    counts, empty_row_slot=empty_row_slot)
-        return out, counts
-    _check_inputs(page_table, topk_indices, page_size)
-    cu = _cu_for_prefill(page_table, topk_indices, extend_lens, cu_extend_lens)
-    return _transform_compact(page_table, topk_indices, cu, page_size, out, counts, impl, empty_row_slot)
+    return _prefill_rows(page_table, topk_indices, extend_lens, page_size, out, counts, cu_extend_lens, impl,
+                         empty_row_slot, lengths=False)
 
 
 def transform_index_page_table_decode_compact(
@@ -300,18 +327,7 @@ def transform_index_page_table_decode_compact(
     empty_row_slot: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode form of the compacting transform."""
-    if (out is not None and counts is not None
-            and _fast_compact_ok(page_table, topk_indices, page_size, out, counts, impl, empty_row_slot)
-            and page_table.shape[0] == topk_indices.shape[0]):
-        from nsa_policy.runtime import _triton_transforms
-        _triton_transforms.launch_transform_compact(page_table, topk_indices, None, page_size, out, counts,
-                                                    empty_row_slot=empty_row_slot)
-        return out, counts
-    _check_inputs(page_table, topk_indices, page_size)
-    if page_table.shape[0] != topk_indices.shape[0]:
-        raise ValueError(f"decode needs one page_table row per topk_indices row, got "
-                         f"{page_table.shape[0]} and {topk_indices.shape[0]}")
-    return _transform_compact(page_table, topk_indices, None, page_size, out, counts, impl, empty_row_slot)
+    return _decode_rows(page_table, topk_indices, page_size, out, counts, impl, empty_row_slot, lengths=False)
 
 
 def transform_index_page_table_prefill_lengths(
@@ -324,16 +340,8 @@ def transform_index_page_table_prefill_lengths(
     (FlashMLA's topk_length). On rows with their valid entries first, which is how sglang's
     indexer writes them, the length is the count and the kernel does exactly the packed work,
     without the compaction's prefix scan (128 × 2048 on the H200: runtime_h200_run9)."""
-    if (extend_lens is None and out is not None and lengths is not None
-            and _fast_compact_ok(page_table, topk_indices, page_size, out, lengths, impl, None)
-            and _fast_cu_ok(cu_extend_lens, page_table, out)):
-        from nsa_policy.runtime import _triton_transforms
-        _triton_transforms.launch_transform_compact(page_table, topk_indices, cu_extend_lens, page_size, out,
-                                                    lengths, lengths=True)
-        return out, lengths
-    _check_inputs(page_table, topk_indices, page_size)
-    cu = _cu_for_prefill(page_table, topk_indices, extend_lens, cu_extend_lens)
-    return _transform_compact(page_table, topk_indices, cu, page_size, out, lengths, impl, lengths=True)
+    return _prefill_rows(page_table, topk_indices, extend_lens, page_size, out, lengths, cu_extend_lens, impl,
+                         None, lengths=True)
 
 
 def transform_index_page_table_decode_lengths(
@@ -341,18 +349,7 @@ def transform_index_page_table_decode_lengths(
     out: Optional[torch.Tensor] = None, lengths: Optional[torch.Tensor] = None, *, impl: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode form of transform_index_page_table_prefill_lengths."""
-    if (out is not None and lengths is not None
-            and _fast_compact_ok(page_table, topk_indices, page_size, out, lengths, impl, None)
-            and page_table.shape[0] == topk_indices.shape[0]):
-        from nsa_policy.runtime import _triton_transforms
-        _triton_transforms.launch_transform_compact(page_table, topk_indices, None, page_size, out, lengths,
-                                                    lengths=True)
-        return out, lengths
-    _check_inputs(page_table, topk_indices, page_size)
-    if page_table.shape[0] != topk_indices.shape[0]:
-        raise ValueError(f"decode needs one page_table row per topk_indices row, got "
-                         f"{page_table.shape[0]} and {topk_indices.shape[0]}")
-    return _transform_compact(page_table, topk_indices, None, page_size, out, lengths, impl, lengths=True)
+    return _decode_rows(page_table, topk_indices, page_size, out, lengths, impl, None, lengths=True)
 
 
 def transform_into_csr(
