@@ -90,9 +90,11 @@ def _transform_body(
 ):
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_k = cols < K
     req, row_ok = _row_request(cu_ptr, t, num_reqs, RAGGED, VECTOR_BLOCK, SEARCH_STEPS)
-    slot, ok, in_k = _row_slots(topk_ptr, topk_stride, t, cols, K, row_len, row_ok, page_table_ptr,
-                                req.to(tl.int64) * pt_stride, PAGE_SIZE)
+    idx = tl.load(topk_ptr + t.to(tl.int64) * topk_stride + cols, mask=in_k, other=-1).to(tl.int64)
+    ok = in_k & (idx >= 0) & (idx < row_len) & row_ok
+    slot, ok = _lookup_slots(page_table_ptr, req.to(tl.int64) * pt_stride, idx, ok, PAGE_SIZE)
     slot = tl.where(ok, slot, -1)
     tl.store(out_ptr + t.to(tl.int64) * out_stride + cols, slot.to(tl.int32), mask=in_k)
 
