@@ -24,7 +24,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from nsa_policy.verify.engine_replay import layout_width  # noqa: E402  (shared with the CI replay)
+from nsa_policy.engines.sglang.replay import layout_width  # noqa: E402  (shared with the CI replay)
 
 PROBE = REPO / "scripts" / "sglang_oracle" / "layout_probe.py"
 REPLAY = REPO / "tests" / "data" / "sglang" / "kv_layout.jsonl"
@@ -32,7 +32,7 @@ DOC = REPO / "benchmarks" / "results" / "sglang-kv-layout.md"
 
 
 def grid(release: str) -> list[dict[str, Any]]:
-    from nsa_policy.catalog.args import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     names = [n for n in load_args().choices("dsa_prefill_backend", release) or ()]
     decode = [n for n in load_args().choices("dsa_decode_backend", release) or ()]

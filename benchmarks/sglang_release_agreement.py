@@ -39,8 +39,8 @@ TABLE_DOC = REPO / "benchmarks" / "results" / "sglang-releases.md"
 ORACLE = REPO / "scripts" / "sglang_oracle" / "policy_oracle.py"
 
 sys.path.insert(0, str(REPO))
+from nsa_policy.engines.sglang.replay import DEVICES  # noqa: E402  (oracle device class -> catalog device)
 from nsa_policy.progress import Progress  # noqa: E402  (a line on stderr, on a terminal only)
-from nsa_policy.verify.engine_replay import DEVICES  # noqa: E402  (oracle device class -> catalog device)
 
 DEVICE_VARIANTS = [(d, p) for d in DEVICES for p in ((False, True) if d.startswith("gfx") else (False,))]
 MODELS = {"ds32": "deepseek-ai/DeepSeek-V3.2", "glm5": "zai-org/GLM-5"}
@@ -254,9 +254,9 @@ def variant_grid(release: str) -> Iterator[dict[str, Any]]:
 GRIDS = {"full": full_grid, "main": main_grid, "variants": variant_grid, "cp": cp_grid}
 
 
-# nsa-policy's side: nsa_policy.verify.engine_replay (shared with the CI replay) -----------------------
-from nsa_policy.verify.engine_replay import agree, as_given, outside  # noqa: E402
-from nsa_policy.verify.engine_replay import answer as ours  # noqa: E402
+# nsa-policy's side: nsa_policy.engines.sglang.replay (shared with the CI replay) -----------------------
+from nsa_policy.engines.sglang.replay import agree, as_given, outside  # noqa: E402
+from nsa_policy.engines.sglang.replay import answer as ours  # noqa: E402
 
 
 # the oracle ---------------------------------------------------------------------------------------
@@ -439,7 +439,7 @@ def main() -> None:
     if a.limit:
         items = items[: a.limit]
     answers, t_oracle = cached_oracle(a.release, grid, items, max(1, a.jobs), a.cache)
-    from nsa_policy.engine.bundle import release_bundle
+    from nsa_policy.core.bundle import release_bundle
 
     bad, n_agree, n_outside = [], 0, 0
     progress = Progress(f"nsa-policy sglang-{a.release}", len(items))

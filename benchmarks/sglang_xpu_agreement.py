@@ -7,7 +7,7 @@ Issue 11 deliverable 2 (XPU as a device vendor). The oracle is scripts/sglang_or
 with its emulated XPU ("xpu": is_xpu through override_platform from 0.5.19, the imported probes before;
 torch.cuda.get_device_capability answers (0, 0)), run in each release's side environment through
 benchmarks/sglang_release_agreement.run_oracle. nsa-policy answers through
-nsa_policy.verify.engine_replay (the argv read with release X's spellings and choices, then
+nsa_policy.engines.sglang.replay (the argv read with release X's spellings and choices, then
 `--policy sglang-X`), on the catalog's Max 1550 (engine_replay.DEVICES["xpu"]).
 
 The grid (XPU only): DeepSeek-V3.2 and GLM-5 x five kv spellings x seven prefill and seven decode
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from sglang_release_agreement import ARCHS, PROFILES, _flag, _model, replace_block, run_oracle  # noqa: E402
 
-from nsa_policy.verify.engine_replay import agree, answer, outside  # noqa: E402
+from nsa_policy.engines.sglang.replay import agree, answer, outside  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "sglang-xpu.json"
 TABLE_DOC = REPO / "benchmarks" / "results" / "sglang-xpu.md"
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--cache", default="", help="folder for the oracle's answers: reused when the grid is the same")
     a = ap.parse_args()
-    from nsa_policy.engine.bundle import release_bundle
+    from nsa_policy.core.bundle import release_bundle
 
     entries, bad_all = [], []
     for release in a.release:

@@ -5,12 +5,12 @@ import os
 from collections import OrderedDict
 from typing import Any, Mapping, Optional
 
+from nsa_policy.base.errors import PolicyError
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.engine.bundle import bundle_for_engine, get_bundle
-from nsa_policy.engine.decision import Decision
-from nsa_policy.engine.evaluator import evaluate
-from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
-from nsa_policy.errors import PolicyError
+from nsa_policy.core.bundle import bundle_for_engine, get_bundle
+from nsa_policy.core.decision import Decision
+from nsa_policy.core.evaluator import evaluate
+from nsa_policy.core.facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
 from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from, spellings_from
 from nsa_policy.integration.discovery import is_auto
 
@@ -19,7 +19,7 @@ def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
                 env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
                 spellings: Optional[tuple[str, ...]] = None, engine: Optional[str] = None) -> Facts:
     """spellings: the sglang flags the configuration was given with (default: a mapping's flag-form keys).
-    engine: "vllm" reads the config with vLLM's argument names (rules/catalog/vllm-args.yaml)."""
+    engine: "vllm" reads the config with vLLM's argument names (rules/catalog/vllm/args.yaml)."""
     catalog = load_catalog()
     cfg = config_from(config, engine=engine)
     dev = device_from(device, catalog)
@@ -43,7 +43,7 @@ def engine_for(policy: str, engine: Optional[str] = None, config: Any = None) ->
     own = config.engine if isinstance(config, ServingConfig) else (
         config.get("engine") if isinstance(config, Mapping) else None)
     if engine is not None or own is not None:
-        from nsa_policy.catalog.vllm import engine_of  # lazy: a plain sglang resolve never loads the vLLM catalog
+        from nsa_policy.engines.vllm.catalog import engine_of  # lazy: a plain sglang resolve never loads the vLLM catalog
 
         return engine_of(engine) if engine is not None else engine_of(own, "config.engine")
     if policy == "default":

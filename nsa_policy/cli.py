@@ -16,8 +16,8 @@ except ImportError:  # pragma: no cover - older typer runs on the click package
     import click  # type: ignore[no-redef]
 
 from nsa_policy import __version__
+from nsa_policy.base.errors import NsaPolicyError
 from nsa_policy.commands._common import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_OK, fail_usage
-from nsa_policy.errors import NsaPolicyError
 
 _DEBUG = {"on": bool(os.environ.get("NSA_POLICY_DEBUG"))}
 # exits and usage errors pass through to typer, which prints them and exits 2 (or the given code)

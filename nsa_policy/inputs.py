@@ -9,15 +9,15 @@ from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
-from nsa_policy.catalog.args import load_args
+from nsa_policy.base.errors import InputError, closest
 from nsa_policy.catalog.store import Catalog
-from nsa_policy.engine.facts import DSA_ENV_VARS, THRESHOLD_ENV_VARS, DeviceFacts, Environment, ModelFacts, ServingConfig
-from nsa_policy.errors import InputError, closest
+from nsa_policy.core.facts import DSA_ENV_VARS, THRESHOLD_ENV_VARS, DeviceFacts, Environment, ModelFacts, ServingConfig
+from nsa_policy.engines.sglang.args import load_args
 
 CONFIG_FIELDS = tuple(ServingConfig.model_fields)
 # Every other name sglang (any release) or nsa-policy gives a ServingConfig field: the dsa_* spellings
 # (NSA was renamed DSA in 0.5.13), the parser's tensor/data_parallel_size dests (up to 0.5.13),
-# nsa-policy's own threshold attributes and --tp/--dp. Derived from rules/catalog/sglang-args.yaml.
+# nsa-policy's own threshold attributes and --tp/--dp. Derived from rules/catalog/sglang/args.yaml.
 FIELD_ALIASES: dict[str, str] = load_args().field_aliases()
 # sglang 0.5.22+ spells DP attention as --attn-dp-size N (it turns the deprecated
 # `--dp-size N --enable-dp-attention` into attn_dp_size=N, dp_size=1); the policy reads it as that pair.
@@ -74,7 +74,7 @@ def config_from(obj: Any, engine: Optional[str] = None) -> ServingConfig:
     A mapping's keys are field or attribute names (nsa_prefill_backend, dsa_prefill_backend), or sglang's
     flags as a --config file spells them (nsa-prefill-backend, --dsa-prefill-backend); the flags of
     arguments the policy does not read are accepted and not used. With engine="vllm": vLLM's names
-    (rules/catalog/vllm-args.yaml)."""
+    (rules/catalog/vllm/args.yaml)."""
     if engine == "vllm":
         return _vllm_config_from(obj)
     if obj is None:
@@ -137,7 +137,7 @@ def config_from(obj: Any, engine: Optional[str] = None) -> ServingConfig:
 def _vllm_config_from(obj: Any) -> ServingConfig:
     """vLLM's EngineArgs / argparse Namespace / mapping (attention_backend, kv_cache_dtype, block_size,
     tensor_parallel_size, decode_context_parallel_size, …) as a ServingConfig with engine vllm."""
-    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.engines.vllm.catalog import load_vllm
 
     if isinstance(obj, ServingConfig):
         return obj if obj.engine == "vllm" else obj.model_copy(update={"engine": "vllm"})

@@ -31,7 +31,7 @@ with nsa-policy's `default` policy. Read the classes as "in 0.5.23 → with `def
 
 
 def migration_markdown() -> str:
-    from nsa_policy.engine.bundle import get_bundle
+    from nsa_policy.core.bundle import get_bundle
     from nsa_policy.verify.diff import diff_space, render_markdown
 
     report = diff_space(get_bundle("sglang-0.5.23"), get_bundle("default"), policy_a="sglang-0.5.23", policy_b="default")
@@ -51,7 +51,7 @@ Regenerate with `python scripts/gen_docs.py --only vllm`.
 
 
 def vllm_migration_markdown() -> str:
-    from nsa_policy.engine.bundle import get_bundle
+    from nsa_policy.core.bundle import get_bundle
     from nsa_policy.verify.diff import diff_space, render_markdown
 
     report = diff_space(get_bundle("vllm-0.33"), get_bundle("vllm-default"), policy_a="vllm-0.33",
@@ -62,7 +62,7 @@ def vllm_migration_markdown() -> str:
 
 
 def vllm_matrix_markdown() -> str:
-    from nsa_policy.verify.matrix_vllm import render_vllm_markdown, vllm_matrix_data
+    from nsa_policy.engines.vllm.matrix import render_vllm_markdown, vllm_matrix_data
 
     return render_vllm_markdown(vllm_matrix_data())
 
@@ -73,7 +73,7 @@ ARGS_TABLE_END = "<!-- end of generated table -->"
 
 def args_docs(docs: Path) -> dict[Path, str]:
     """docs/sglang-args.md, and docs/startup.md with its release → spellings table replaced, from the registry."""
-    from nsa_policy.catalog.args import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     reg = load_args()
     startup = docs / "startup.md"
@@ -103,8 +103,8 @@ def main() -> int:
         path.write_text(migration_markdown(), encoding="utf-8")
         print(f"wrote {path.relative_to(REPO)}")
     if args.only == "releases":
-        from nsa_policy.safe_io import write_atomic
-        from nsa_policy.verify.changelog import release_changelog, render_markdown
+        from nsa_policy.base.safe_io import write_atomic
+        from nsa_policy.engines.sglang.changelog import release_changelog, render_markdown
 
         path = docs / "sglang-releases.md"
         write_atomic(path, render_markdown(release_changelog()), field="--out")

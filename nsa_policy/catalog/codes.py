@@ -7,9 +7,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from nsa_policy.catalog.paths import rules_dir
-from nsa_policy.engine.schema_load import load_doc
-from nsa_policy.errors import InputError
+from nsa_policy.base.errors import InputError
+from nsa_policy.base.paths import rules_dir
+from nsa_policy.base.schema_load import load_doc
 
 
 class CodeDoc(BaseModel):

@@ -13,12 +13,12 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nsa_policy import safe_io, versions
-from nsa_policy.catalog.paths import catalog_dir
-from nsa_policy.engine.facts import DeviceFacts, ModelFacts
-from nsa_policy.engine.schema_load import load_doc
-from nsa_policy.engine.yaml_lines import line_of
-from nsa_policy.errors import InputError, RuleFileError
+from nsa_policy.base import safe_io, versions
+from nsa_policy.base.errors import InputError, RuleFileError
+from nsa_policy.base.paths import catalog_dir
+from nsa_policy.base.schema_load import load_doc
+from nsa_policy.base.yaml_lines import line_of
+from nsa_policy.core.facts import DeviceFacts, ModelFacts
 
 KV_DTYPES = ("bfloat16", "fp8_e4m3")
 PHASES = ("prefill", "decode")
@@ -75,7 +75,7 @@ class DeviceCatalog(_Spec):
 class FamilySpec(_Spec):
     architectures: list[str]
     # MLA dimensions of the family's config.json (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
-    # v_head_dim): what vLLM's backend checks read (rules/catalog/vllm.yaml).
+    # v_head_dim): what vLLM's backend checks read (rules/catalog/vllm/backends.yaml).
     mla: Optional[dict[str, int]] = None
 
 
@@ -149,7 +149,7 @@ class Capability(_Spec):
 
 
 def version_ge(have: str, need: str) -> bool:
-    """PEP 440 (nsa_policy.versions): 0.6.13rc1 < 0.6.13 < 0.6.13.post1, and +cu130 does not count."""
+    """PEP 440 (nsa_policy.base.versions): 0.6.13rc1 < 0.6.13 < 0.6.13.post1, and +cu130 does not count."""
     return versions.version_ge(have, need)
 
 

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from nsa_policy.errors import InputError, RuleFileError
+from nsa_policy.base.errors import InputError, RuleFileError
 
 # One meaning each, for CI scripts: 0 resolved/clean, 1 rejected by the policy (or findings at the fail
 # level), 2 unusable input, 3 an internal error (a bug to report; the traceback only with --debug).

@@ -1,9 +1,9 @@
 """Human-readable output of a decision: a short table, and with --explain the why of everything."""
 from __future__ import annotations
 
-from nsa_policy.engine.bundle import get_bundle
-from nsa_policy.engine.decision import SHOWN_FIELDS, Decision, of_engine
-from nsa_policy.errors import InputError
+from nsa_policy.base.errors import InputError
+from nsa_policy.core.bundle import get_bundle
+from nsa_policy.core.decision import SHOWN_FIELDS, Decision, of_engine
 
 SHOWN = SHOWN_FIELDS  # the Decision fields tagged `shown`
 

@@ -6,8 +6,8 @@ from typing import Any, Optional
 
 import typer
 
+from nsa_policy.base.errors import InputError, NsaPolicyError
 from nsa_policy.commands._common import fail_usage
-from nsa_policy.errors import InputError, NsaPolicyError
 
 
 def register(app: typer.Typer) -> None:
@@ -94,7 +94,7 @@ def backends(as_json: bool = typer.Option(False, "--json")) -> None:
 
 def policies(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the shipped policy bundles."""
-    from nsa_policy.engine.bundle import concrete_bundles, get_bundle, release_owners
+    from nsa_policy.core.bundle import concrete_bundles, get_bundle, release_owners
 
     try:
         # Which sglang releases each release bundle answers for (the newest bundle at or below each release).

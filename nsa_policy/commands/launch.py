@@ -11,8 +11,8 @@ import typer
 from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
 
 if TYPE_CHECKING:
-    from nsa_policy.errors import PolicyError
-    from nsa_policy.integration.launch import LaunchPlan
+    from nsa_policy.base.errors import PolicyError
+    from nsa_policy.engines.sglang.launch import LaunchPlan
 
 
 
@@ -57,9 +57,9 @@ def launch(
 
     Everything after `--` is the server command. Exit 1 (and nothing runs) when the policy rejects it.
     """
+    from nsa_policy.base.errors import NsaPolicyError, PolicyError
     from nsa_policy.commands._render import render_table
-    from nsa_policy.errors import NsaPolicyError, PolicyError
-    from nsa_policy.integration.launch import exec_plan, plan_launch
+    from nsa_policy.engines.sglang.launch import exec_plan, plan_launch
 
     logger = logging.getLogger("nsa_policy.launch")
     logger.propagate = False  # the decision is printed below; the record only feeds the decision log
@@ -74,7 +74,7 @@ def launch(
         # a CLI should say it could not write the log
         handler.handleError = _raise_log_error  # type: ignore[method-assign]
         logger.addHandler(handler)
-    from nsa_policy.integration.launch_vllm import is_vllm_command
+    from nsa_policy.engines.vllm.launch import is_vllm_command
 
     if is_vllm_command(command or []):
         if handler is not None:
@@ -82,7 +82,7 @@ def launch(
         _launch_vllm(list(command or []), policy, device, model, sglang_version, vllm_version, dry_run, as_json)
         return
     if vllm_version is not None:
-        from nsa_policy.errors import InputError
+        from nsa_policy.base.errors import InputError
 
         raise fail_usage(InputError("--vllm-version", vllm_version,
                                     hint="the command is not a `vllm serve` launch; drop --vllm-version"), as_json)
@@ -141,9 +141,9 @@ def _launch_vllm(command: list[str], policy: str, device: str, model: Optional[s
     """`launch -- vllm serve …`: resolve with a vLLM bundle, add the flags the target vLLM release reads, exec."""
     import os
 
+    from nsa_policy.base.errors import DeviceDiscoveryError, InputError, NsaPolicyError, PolicyError
     from nsa_policy.commands._render import render_table
-    from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError, PolicyError
-    from nsa_policy.integration.launch_vllm import plan_vllm_launch
+    from nsa_policy.engines.vllm.launch import plan_vllm_launch
 
     if sglang_version is not None:
         raise fail_usage(InputError("--sglang-version", sglang_version,

@@ -32,7 +32,7 @@ def lint(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
 ) -> None:
     """Find sglang launches in scripts, Dockerfiles, manifests and config files, and check each with the policy."""
-    from nsa_policy.errors import InputError, NsaPolicyError
+    from nsa_policy.base.errors import InputError, NsaPolicyError
     from nsa_policy.lint import LintOptions, lint_paths
     from nsa_policy.lint.formats import FORMATS, RENDERERS
 
@@ -41,7 +41,7 @@ def lint(
         raise fail_usage(InputError("--format", fmt, list(FORMATS)))
     if fail_level not in _LEVEL_RANK:
         raise fail_usage(InputError("--fail-level", fail_level, list(_LEVEL_RANK)))
-    from nsa_policy.safe_io import check_output_path, write_atomic
+    from nsa_policy.base.safe_io import check_output_path, write_atomic
 
     targets = paths or ["."]
     try:
@@ -75,8 +75,8 @@ def rule(
     """Print a finding code's documentation (rules/codes.yaml)."""
     import json
 
+    from nsa_policy.base.errors import NsaPolicyError
     from nsa_policy.catalog.codes import load_codes
-    from nsa_policy.errors import NsaPolicyError
 
     reg = load_codes()
     if code is None:

@@ -1,6 +1,6 @@
 """`nsa-policy resolve`: the DSA serving decision for a device and model (or a mixed fleet).
 
-The serving flags are generated from the argument registry (rules/catalog/sglang-args.yaml): every
+The serving flags are generated from the argument registry (rules/catalog/sglang/args.yaml): every
 spelling any sglang release accepts for an argument the policy reads, plus nsa-policy's own
 (--tp, --dp, --dense-attn-kv-len-threshold).
 """
@@ -14,8 +14,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from nsa_policy.base.errors import DeviceDiscoveryError, InputError, NsaPolicyError
 from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_after_output, fail_usage
-from nsa_policy.errors import DeviceDiscoveryError, InputError, NsaPolicyError
 from nsa_policy.integration.decision_log import check_log_path
 
 _TYPES = {"str": Optional[str], "int": Optional[int], "bool": bool}
@@ -24,8 +24,8 @@ _HELP = {"dense_attn_kv_len_threshold": "Overrides the SGLANG_{NSA,DSA}_PREFILL_
 
 def parse_packages(items: Optional[list[str]]) -> Optional[dict[str, str]]:
     """--package NAME=VERSION (or NAME==VERSION): a known distribution (PEP 503 name) at a PEP 440 version."""
+    from nsa_policy.base.versions import canonical_name, parse_version
     from nsa_policy.inputs import PACKAGES
-    from nsa_policy.versions import canonical_name, parse_version
 
     if not items:
         return None
@@ -63,7 +63,7 @@ def model_argument(model: Optional[str], arch: Optional[str], index_topk: Option
 
 def _serving_args() -> list[tuple[str, tuple[str, ...]]]:
     """(registry argument, its flags) for each argument the policy reads (the model is --model, above)."""
-    from nsa_policy.catalog.args import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     reg = load_args()
     return [(arg.name, reg.cli_flags(arg.name)) for arg in reg.arguments.values()
@@ -73,7 +73,7 @@ def _serving_args() -> list[tuple[str, tuple[str, ...]]]:
 def serving_options() -> list[inspect.Parameter]:
     """One typer option per spelling of each argument the policy reads, from the registry: two spellings
     of one argument with different values are a usage error, not "the last one wins"."""
-    from nsa_policy.catalog.args import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     reg = load_args()
     params = []
@@ -108,7 +108,7 @@ def serving_config(serving: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
 
 def _name_the_flags_used(decision: Any, used: dict[str, str]) -> Any:
     """Provenance of a user-set output names the flag as given (--dsa-prefill-backend, not the field's name)."""
-    from nsa_policy.catalog.args import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     reg = load_args()
     provenance = dict(decision.provenance)
@@ -190,7 +190,7 @@ def resolve(
 
 def _resolve_vllm(given: dict[str, Any], model: Optional[str], device: str, policy: str,
                   attention_backend: Optional[str], block_size: Optional[int], as_json: bool, explain: bool) -> None:
-    """resolve --engine vllm: vLLM's names (rules/catalog/vllm-args.yaml); `default` shows vLLM 0.33's own
+    """resolve --engine vllm: vLLM's names (rules/catalog/vllm/args.yaml); `default` shows vLLM 0.33's own
     decision and the project's recommendation (vllm-default), one after the other."""
     from nsa_policy.api import build_facts, decide
     from nsa_policy.commands._render import render_explain, render_table

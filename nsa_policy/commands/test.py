@@ -22,8 +22,8 @@ def run_rule_tests(
     coverage: bool = typer.Option(False, "--coverage", help="Also list the rules no case fires."),
 ) -> None:
     """Run a bundle's own rule tests (its tests/*.yaml); exit 1 when a case fails."""
-    from nsa_policy.engine.bundle import list_bundles
-    from nsa_policy.errors import InputError, NsaPolicyError
+    from nsa_policy.base.errors import InputError, NsaPolicyError
+    from nsa_policy.core.bundle import list_bundles
     from nsa_policy.verify.rule_tests import (
         execute,
         plan,

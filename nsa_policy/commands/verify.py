@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
+from nsa_policy.base.safe_io import check_output_path, write_atomic
 from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_usage
-from nsa_policy.safe_io import check_output_path, write_atomic
 
 
 def register(app: typer.Typer) -> None:
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _format(fmt: str, allowed: tuple[str, ...], as_json: bool):
-    from nsa_policy.errors import InputError
+    from nsa_policy.base.errors import InputError
 
     if fmt not in allowed:
         raise fail_usage(InputError("--format", fmt, list(allowed)), as_json)
@@ -43,7 +43,7 @@ def check(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: up to 2)."),
 ) -> None:
     """Check bundles over the whole enumerated input space; exit 1 on any finding."""
-    from nsa_policy.errors import NsaPolicyError
+    from nsa_policy.base.errors import NsaPolicyError
     from nsa_policy.verify.coverage import load_case_files
     from nsa_policy.verify.exhaustive import (
         CHECKED_ENGINES,
@@ -100,8 +100,8 @@ def diff(
 
     `--releases` writes the changelog of every sglang release bundle instead:
     `nsa-policy diff --releases --format markdown --out docs/sglang-releases.md`."""
-    from nsa_policy.errors import InputError, NsaPolicyError
-    from nsa_policy.verify import changelog
+    from nsa_policy.base.errors import InputError, NsaPolicyError
+    from nsa_policy.engines.sglang import changelog
     from nsa_policy.verify.diff import diff_inputs, diff_space, load_inputs, render_json, render_markdown, render_text
     from nsa_policy.verify.exhaustive import load_for_check
 
@@ -144,8 +144,8 @@ def diff(
 
 def _for_engine(a: str, b: str, engine: Optional[str]) -> tuple[str, str]:
     """`default` as the engine's recommendation bundle: the one --engine names, else the other side's engine."""
-    from nsa_policy.engine.bundle import bundle_for_engine
-    from nsa_policy.errors import InputError
+    from nsa_policy.base.errors import InputError
+    from nsa_policy.core.bundle import bundle_for_engine
     from nsa_policy.verify.exhaustive import load_for_check
 
     if engine is not None and engine not in ("sglang", "vllm"):
@@ -169,7 +169,7 @@ def matrix(
     """The support matrix (backend × device × KV dtype × phase) as markdown, or PNG+SVG+markdown files."""
     import json
 
-    from nsa_policy.errors import InputError, NsaPolicyError
+    from nsa_policy.base.errors import InputError, NsaPolicyError
     from nsa_policy.verify.matrix import matrix_data, render_markdown, write_all
 
     _format(fmt, ("markdown", "json"), fmt == "json")
@@ -198,9 +198,9 @@ def matrix(
 def _matrix_vllm(out_dir: Optional[Path], policy: str, fmt: str, image: Optional[str]) -> None:
     import json
 
-    from nsa_policy.engine.bundle import bundle_for_engine, get_bundle
-    from nsa_policy.errors import InputError, NsaPolicyError
-    from nsa_policy.verify.matrix_vllm import render_vllm_markdown, vllm_matrix_data
+    from nsa_policy.base.errors import InputError, NsaPolicyError
+    from nsa_policy.core.bundle import bundle_for_engine, get_bundle
+    from nsa_policy.engines.vllm.matrix import render_vllm_markdown, vllm_matrix_data
 
     as_json = fmt == "json"
     try:

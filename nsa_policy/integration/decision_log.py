@@ -21,9 +21,9 @@ from typing import Any, Final, Iterator, Literal, Mapping, Optional, Union
 
 from pydantic import Field, ValidationError
 
-from nsa_policy.engine.decision import Decision
-from nsa_policy.engine.facts import Frozen
-from nsa_policy.errors import InputError
+from nsa_policy.base.errors import InputError
+from nsa_policy.core.decision import Decision
+from nsa_policy.core.facts import Frozen
 
 LOG_FORMAT: Final = "nsa-policy-decision-log/1"
 
@@ -118,7 +118,7 @@ def parse_entry(line: str, where: str = "decision log") -> DecisionLogEntry:
 
 def iter_decision_log(path: Union[str, os.PathLike[str]]) -> Iterator[DecisionLogEntry]:
     """Entries in file order; a malformed line is an error naming file:line (blank lines are skipped)."""
-    from nsa_policy.safe_io import read_text
+    from nsa_policy.base.safe_io import read_text
 
     # Logs grow: a larger cap than configs, still bounded, and still regular files only.
     text = read_text(path, field="decision log", max_bytes=512 * 1024 * 1024)

@@ -28,9 +28,9 @@ from typing import Any, Callable, Literal, Mapping, Optional
 
 from pydantic import Field
 
+from nsa_policy.base.errors import DeviceDiscoveryError, InputError
 from nsa_policy.catalog.store import Catalog
-from nsa_policy.engine.facts import DeviceFacts, Frozen
-from nsa_policy.errors import DeviceDiscoveryError, InputError
+from nsa_policy.core.facts import DeviceFacts, Frozen
 
 LOGGER = logging.getLogger("nsa_policy.discovery")
 AUTO = "auto"

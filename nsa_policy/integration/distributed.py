@@ -18,9 +18,9 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from nsa_policy.engine.decision import Decision
-from nsa_policy.engine.facts import Frozen
-from nsa_policy.errors import NsaPolicyError
+from nsa_policy.base.errors import NsaPolicyError
+from nsa_policy.core.decision import Decision
+from nsa_policy.core.facts import Frozen
 from nsa_policy.integration.fleet import agreement_view, describe_split, split_fields, view_digest
 
 

@@ -14,12 +14,12 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from pydantic import Field
 
-from nsa_policy.engine.decision import AGREED_FIELDS, Decision, of_engine
-from nsa_policy.engine.facts import Frozen
-from nsa_policy.errors import InputError
+from nsa_policy.base.errors import InputError
+from nsa_policy.core.decision import AGREED_FIELDS, Decision, of_engine
+from nsa_policy.core.facts import Frozen
 
 # What every rank of one deployment must share, in the order differences are reported: the Decision
-# fields tagged `agreed` (nsa_policy.engine.decision), errors as their codes.
+# fields tagged `agreed` (nsa_policy.core.decision), errors as their codes.
 AGREEMENT_FIELDS = AGREED_FIELDS
 
 

@@ -38,17 +38,17 @@ from typing import Any, Mapping, Optional
 
 from pydantic import Field
 
-from nsa_policy.catalog.args import TargetRelease, load_args
-from nsa_policy.engine.decision import Decision
-from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, Frozen
-from nsa_policy.errors import InputError, PolicyError
+from nsa_policy.base.errors import InputError, PolicyError
+from nsa_policy.core.decision import Decision
+from nsa_policy.core.facts import THRESHOLD_ENV_VARS, Frozen
+from nsa_policy.engines.sglang.args import TargetRelease, load_args
 from nsa_policy.inputs import ALIAS_SWITCHES, ATTN_DP_NAMES, CONFIG_FIELDS, FIELD_ALIASES
 
 LOGGER_NAME = "nsa_policy.startup"
 
 _ARGS = load_args()
 # decision output → the attributes that carry it, as sglang spells them (older spelling first), from
-# rules/catalog/sglang-args.yaml.
+# rules/catalog/sglang/args.yaml.
 TARGETS: dict[str, tuple[str, ...]] = _ARGS.output_targets()
 # "auto" is sglang's default kv_cache_dtype: the user left the choice to the engine.
 UNSET_VALUES: dict[str, tuple[Any, ...]] = _ARGS.unset_values()
@@ -375,7 +375,7 @@ def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", mo
 
 # ---------------------------------------------------------------- vLLM
 
-# decision output → vLLM argument it is written to (rules/catalog/vllm-args.yaml). The KV dtype written
+# decision output → vLLM argument it is written to (rules/catalog/vllm/args.yaml). The KV dtype written
 # is the one vLLM's selector should see (requested_kv_cache_dtype), as `launch` passes --kv-cache-dtype:
 # vLLM rewrites it after selection itself (fp8 → fp8_ds_mla on FLASHMLA_SPARSE).
 VLLM_TARGETS = (("attention_backend", "attention_backend"), ("requested_kv_cache_dtype", "kv_cache_dtype"),
@@ -396,7 +396,7 @@ def _vllm_backend_value(name: str, current: Any) -> Any:
 
 def _vllm_explicit(args: _Args, argument: str) -> Optional[tuple[str, Any]]:
     """(attribute, value) of the user's explicit setting of a vLLM argument, or None when it is unset."""
-    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.engines.vllm.catalog import load_vllm
 
     spec = load_vllm().argument(argument)
     unset = (None, *spec.unset_values) + (("auto",) if argument == "kv_cache_dtype" else ())
@@ -419,7 +419,7 @@ def _vllm_explicit(args: _Args, argument: str) -> Optional[tuple[str, Any]]:
 def plan_vllm(args: _Args, decision: Decision) -> Applied:
     """What apply_vllm would write, without writing it: each decided output into the first attribute of
     its vLLM argument the object has, only where the user left that argument unset."""
-    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.engines.vllm.catalog import load_vllm
 
     written: dict[str, Any] = {}
     previous: dict[str, Any] = {}
@@ -497,7 +497,7 @@ def apply_vllm(engine_args: Any, *, policy: str = "default", device: Any = "auto
 
 def _vllm_fields(args: _Args) -> dict[str, Any]:
     """The vLLM arguments an attribute object carries, by their names (EngineArgs has many more)."""
-    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.engines.vllm.catalog import load_vllm
 
     names = [a for arg in load_vllm().args_doc.arguments for a in arg.attributes] + ["attention_config"]
     return {n: args.get(n) for n in names if args.has(n) and args.get(n) is not None}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from nsa_policy.lint.flags import load_flags
+from nsa_policy.engines.sglang.flags import load_flags
 from nsa_policy.lint.report import Arg, Location
 
 Token = tuple[str, Location, Optional[str]]  # text, where, unresolved variable

@@ -63,7 +63,7 @@ def read_env_file(full: str, display: str) -> dict[str, EnvValue]:
 
 def scan_env(path: str, text: str, index: LineIndex) -> FileScan:
     """An env file is an environment-only launch: its threshold variables are checked on their own."""
-    from nsa_policy.engine.facts import THRESHOLD_ENV_VARS
+    from nsa_policy.core.facts import THRESHOLD_ENV_VARS
 
     env = parse_env(text, path)
     scan = FileScan(path)

@@ -7,7 +7,7 @@ from typing import Optional
 
 from nsa_policy.lint.cliargs import parse_cli
 from nsa_policy.lint.extract_shell import ShellState, launches_in_shell
-from nsa_policy.lint.extract_structured import _launch_start_texts
+from nsa_policy.lint.extract_structured import launch_start_texts
 from nsa_policy.lint.report import EnvValue, FileScan, Launch
 from nsa_policy.lint.shell import Expander, split_commands, vllm_launch_start
 from nsa_policy.lint.text import LineIndex
@@ -110,10 +110,10 @@ def _stage_launches(st: _Stage, path: str, index: LineIndex) -> list[Launch]:
 
 
 def _exec_launch(tokens: list, st: _Stage, path: str) -> list[Launch]:
-    start = _launch_start_texts([t[0] for t in tokens])
+    start = launch_start_texts([t[0] for t in tokens])
     vstart = vllm_launch_start([t[0] for t in tokens]) if start is None else None
     if vstart is not None:
-        from nsa_policy.lint.vllm import parse_vllm_cli
+        from nsa_policy.engines.vllm.lint import parse_vllm_cli
 
         return [Launch(path, tokens[0][1], "dockerfile", args=parse_vllm_cli(tokens[vstart:]), env=dict(st.env),
                        engine="vllm")]

@@ -74,7 +74,7 @@ def launches_in_shell(chunk: str, base: int, index: LineIndex, path: str, state:
             return
         vstart = vllm_launch_start([w.text for w in words])
         if vstart is not None:
-            from nsa_policy.lint.vllm import parse_vllm_cli
+            from nsa_policy.engines.vllm.lint import parse_vllm_cli
 
             found.append(Launch(path=path, loc=loc(words[k]), kind=kind, engine="vllm",
                                 args=parse_vllm_cli([(w.text, loc(w), w.unresolved) for w in words[vstart:]]),

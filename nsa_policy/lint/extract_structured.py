@@ -12,11 +12,11 @@ import os
 import re
 from typing import Optional
 
-from nsa_policy.engine.facts import THRESHOLD_ENV_VARS
+from nsa_policy.core.facts import THRESHOLD_ENV_VARS
+from nsa_policy.engines.sglang.flags import load_flags
 from nsa_policy.lint.cliargs import parse_cli
 from nsa_policy.lint.envfile import read_env_file
 from nsa_policy.lint.extract_shell import ShellState, launches_in_shell
-from nsa_policy.lint.flags import load_flags
 from nsa_policy.lint.report import Arg, EnvValue, Hint, Launch, Location
 from nsa_policy.lint.shell import Expander, mentions_launch, vllm_launch_start
 from nsa_policy.lint.text import HINT_KEYS, LineIndex
@@ -201,7 +201,7 @@ class Structured:
             elif part.kind == "scalar" and isinstance(part.value, str):
                 tokens += self._shell_words(part, exp)
         texts = [t[0] for t in tokens]
-        start = _launch_start_texts(texts)
+        start = launch_start_texts(texts)
         if start is not None:
             first = tokens[0]  # a launch start was found among them
             return [Launch(self.path, first[1], self._kind(node), args=parse_cli(tokens[start:]), env=env)]
@@ -209,7 +209,7 @@ class Structured:
         if vstart is None and image_vllm and tokens:  # the image's ENTRYPOINT ["vllm", "serve"] gets these
             vstart = 0
         if vstart is not None:
-            from nsa_policy.lint.vllm import parse_vllm_cli
+            from nsa_policy.engines.vllm.lint import parse_vllm_cli
 
             return [Launch(self.path, tokens[0][1], self._kind(node), args=parse_vllm_cli(tokens[vstart:]), env=env,
                            engine="vllm")]
@@ -319,8 +319,8 @@ class Structured:
     def vllm_config(self, node: N, keys: list[str]) -> Optional[Launch]:
         """A `vllm serve --config` file: a mapping of vLLM flag names (without `--`) that names the model
         and at least one argument the vLLM policy reads (`model` alone is any tool's key)."""
-        from nsa_policy.catalog.vllm import load_vllm
-        from nsa_policy.lint.vllm import config_mapping_args
+        from nsa_policy.engines.vllm.catalog import load_vllm
+        from nsa_policy.engines.vllm.lint import config_mapping_args
 
         table = load_vllm().flag_table()
         known = [k for k in keys if "--" + k.replace("_", "-") in table]
@@ -343,7 +343,7 @@ def _mentions(node: N) -> bool:
     return any(_mentions(i) for i in node.items)
 
 
-def _launch_start_texts(texts: list[str]) -> Optional[int]:
+def launch_start_texts(texts: list[str]) -> Optional[int]:
     for k, t in enumerate(texts):
         if t == "sglang.launch_server" and k > 0 and texts[k - 1] == "-m":
             return k + 1

@@ -7,17 +7,17 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from nsa_policy.api import build_facts, decide
-from nsa_policy.catalog.args import Argument, Spelling
+from nsa_policy.base.errors import InputError, closest
+from nsa_policy.base.versions import parse_version
 from nsa_policy.catalog.codes import load_codes
 from nsa_policy.catalog.store import Catalog, load_catalog
-from nsa_policy.engine.bundle import CompiledBundle, get_bundle, list_bundles
-from nsa_policy.engine.decision import Finding
-from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts, ServingConfig
-from nsa_policy.errors import InputError, closest
+from nsa_policy.core.bundle import CompiledBundle, get_bundle, list_bundles
+from nsa_policy.core.decision import Finding
+from nsa_policy.core.facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts, ServingConfig
+from nsa_policy.engines.sglang.args import Argument, Spelling
+from nsa_policy.engines.sglang.flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
 from nsa_policy.inputs import ATTN_DP_NAMES
-from nsa_policy.lint.flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
 from nsa_policy.lint.report import Arg, Diagnostic, Hint, Launch, Location
-from nsa_policy.versions import parse_version
 
 # A launch names the machine through its device; the packages installed are the machine's too.
 _MACHINE_INPUTS = frozenset({"device", "packages"})
@@ -97,7 +97,7 @@ class Checker:
     # --------------------------------------------------------------------------------------
     def check(self, launch: Launch) -> list[Diagnostic]:
         if launch.engine == "vllm":
-            from nsa_policy.lint.vllm import check_vllm
+            from nsa_policy.engines.vllm.lint import check_vllm
 
             return check_vllm(self, launch)
         out: list[Diagnostic] = []

@@ -58,7 +58,7 @@ class Launch:
     args: list[Arg] = field(default_factory=list)
     env: dict[str, EnvValue] = field(default_factory=dict)
     hints: list[Hint] = field(default_factory=list)
-    engine: str = "sglang"  # sglang | vllm (`vllm serve …`, nsa_policy/lint/vllm.py)
+    engine: str = "sglang"  # sglang | vllm (`vllm serve …`, nsa_policy/engines/vllm/lint.py)
 
 
 @dataclass(frozen=True)

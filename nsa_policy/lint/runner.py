@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from nsa_policy.base.safe_io import UnsafeInput, read_bytes
 from nsa_policy.lint.discover import iter_files
 from nsa_policy.lint.envfile import EnvSyntaxError, read_env_file, scan_env
 from nsa_policy.lint.extract_dockerfile import scan_dockerfile
@@ -17,7 +18,6 @@ from nsa_policy.lint.launch_checks import Checker, LintOptions
 from nsa_policy.lint.report import Diagnostic, FileScan, Hint, Location
 from nsa_policy.lint.text import LineIndex, comment_hints, requirements_pins
 from nsa_policy.lint.tree import ParseError, json_document, toml_document, yaml_documents
-from nsa_policy.safe_io import UnsafeInput, read_bytes
 
 # Structured files that mention none of these cannot hold an sglang launch or DSA setting; they are
 # counted as scanned but not parsed (lint is not a YAML/JSON/TOML validator).
@@ -42,7 +42,7 @@ class LintReport:
 def lint_paths(paths: list[str], opts: Optional[LintOptions] = None, excludes: tuple[str, ...] = (),
                use_gitignore: bool = True) -> LintReport:
     """Lint files and folders. Raises InputError for a bad --device/--policy or a missing path."""
-    from nsa_policy.errors import InputError
+    from nsa_policy.base.errors import InputError
 
     opts = opts or LintOptions()
     checker = Checker(opts)

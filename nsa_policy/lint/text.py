@@ -73,8 +73,8 @@ REQUIREMENTS = "requirements.txt"
 def requirements_pins(base_dir: str, path: str) -> list[Hint]:
     """The sglang and vllm pins of a requirements.txt beside the file (the image or venv the launch runs in is
     built from it). Weaker than the file's own hints, tags and pins, which come first in the list."""
-    from nsa_policy.errors import InputError
-    from nsa_policy.safe_io import read_text
+    from nsa_policy.base.errors import InputError
+    from nsa_policy.base.safe_io import read_text
 
     full = os.path.join(base_dir, REQUIREMENTS)
     if not os.path.isfile(full):

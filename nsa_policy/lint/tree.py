@@ -12,8 +12,8 @@ from typing import Any, Iterator, Optional
 
 import yaml
 
+from nsa_policy.base.safe_io import MAX_DEPTH, UnsafeInput, check_yaml_text, load_toml_text
 from nsa_policy.lint.text import LineIndex
-from nsa_policy.safe_io import MAX_DEPTH, UnsafeInput, check_yaml_text, load_toml_text
 
 
 class ParseError(Exception):

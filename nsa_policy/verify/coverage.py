@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from nsa_policy.base.errors import InputError
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.engine.bundle import CompiledBundle
-from nsa_policy.engine.evaluator import evaluate
-from nsa_policy.engine.facts import Facts
-from nsa_policy.errors import InputError
+from nsa_policy.core.bundle import CompiledBundle
+from nsa_policy.core.evaluator import evaluate
+from nsa_policy.core.facts import Facts
 
 
 def facts_from_case_input(inp: dict, engine: str = "sglang") -> Facts:
@@ -42,7 +42,7 @@ def load_case_files(paths: list[str]) -> list[tuple[Optional[str], str, dict[str
     """(file policy, case name, input) for every case of every file."""
     import yaml
 
-    from nsa_policy.safe_io import load_yaml_text, read_text
+    from nsa_policy.base.safe_io import load_yaml_text, read_text
 
     out = []
     for path in paths:
@@ -64,10 +64,10 @@ def load_case_files(paths: list[str]) -> list[tuple[Optional[str], str, dict[str
 
 def case_coverage(bundle: CompiledBundle, cases: list[tuple[str, str, dict]]) -> dict:
     """Which rules of the bundle the cases written for it exercise."""
-    from nsa_policy.verify.run import _probed
+    from nsa_policy.verify.run import probed_bundle
 
     catalog = load_catalog()
-    probe, probed = _probed(bundle, catalog)
+    probe, probed = probed_bundle(bundle, catalog)
     by_rule: dict[str, list[str]] = {r.id: [] for r in bundle.rules}
     matched_only: dict[str, list[str]] = {r.id: [] for r in bundle.rules}
     used, skipped = 0, []

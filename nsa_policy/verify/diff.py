@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from nsa_policy.engine.bundle import CompiledBundle
-from nsa_policy.engine.decision import field_title
+from nsa_policy.core.bundle import CompiledBundle
+from nsa_policy.core.decision import field_title
 from nsa_policy.verify.run import RECORD_FIELDS, SpaceRun, record_of, run_space
 from nsa_policy.verify.space import Space, space_for
 
@@ -39,7 +39,7 @@ class ChangeClass:
 
     def title(self) -> str:
         if self.kind == "output":
-            moves = ", ".join(f"{_fmt(a)} → {_fmt(b)}" for (a, b), _ in self.transitions.most_common(4))
+            moves = ", ".join(f"{fmt_value(a)} → {fmt_value(b)}" for (a, b), _ in self.transitions.most_common(4))
             more = f" (+{len(self.transitions) - 4} more)" if len(self.transitions) > 4 else ""
             return f"{field_title(self.what)}: {moves}{more}"
         if self.kind == "status":
@@ -90,7 +90,7 @@ class DiffReport:
                              "region": region_of(c, self.dimensions), "example": c.example} for c in self.classes]}
 
 
-def _fmt(v: Any) -> str:
+def fmt_value(v: Any) -> str:
     return "unset" if v is None else str(v)
 
 
@@ -224,7 +224,7 @@ def diff_runs(a: CompiledBundle, b: CompiledBundle, space: Space, run_a: SpaceRu
 def diff_inputs(a: CompiledBundle, b: CompiledBundle, inputs: list[dict], source: str) -> DiffReport:
     """Diff over the inputs of a file (case-file style mappings)."""
     from nsa_policy.catalog.store import load_catalog
-    from nsa_policy.engine.evaluator import evaluate
+    from nsa_policy.core.evaluator import evaluate
     from nsa_policy.verify.coverage import facts_from_case_input
 
     catalog = load_catalog()
@@ -252,8 +252,8 @@ def load_inputs(path: str) -> list[dict]:
     """A case file (`cases: [{input: …}]`) or a YAML/JSON list of input mappings."""
     import yaml
 
-    from nsa_policy.errors import InputError
-    from nsa_policy.safe_io import load_yaml_text, read_text
+    from nsa_policy.base.errors import InputError
+    from nsa_policy.base.safe_io import load_yaml_text, read_text
 
     p = Path(path)
     try:  # regular files only, size cap, UTF-8, bounded nesting and aliases (safe_io)
@@ -274,7 +274,7 @@ def load_inputs(path: str) -> list[dict]:
 
 # ---------------------------------------------------------------- rendering
 
-def _region_text(region: dict, report: Optional[DiffReport] = None, c: Optional[ChangeClass] = None) -> str:
+def region_text(region: dict, report: Optional[DiffReport] = None, c: Optional[ChangeClass] = None) -> str:
     if not region:
         return "every input of the space"
     parts = []
@@ -296,7 +296,7 @@ def render_text(report: DiffReport) -> str:
              f"{len(report.classes)} change classes"]
     for n, c in enumerate(report.classes, 1):
         lines.append(f"{n:>3}. {c.title()}  [{c.count} inputs; {c.cause()}]")
-        lines.append(f"     where: {_region_text(region_of(c, report.dimensions), report, c)}")
+        lines.append(f"     where: {region_text(region_of(c, report.dimensions), report, c)}")
         if c.example:
             lines.append(f"     e.g.:  {c.example.get('command_b') or c.example['input']}")
     return "\n".join(lines)
@@ -334,9 +334,9 @@ def render_markdown(report: DiffReport, title: Optional[str] = None) -> str:
             lines.append(f"- cause: {c.cause().replace('→', f'({report.a}) →')} ({report.b})"
                          if kind in ("output", "status") else f"- cause: {c.cause()}")
             if kind == "output" and len(c.transitions) > 1:
-                lines.append("- transitions: " + ", ".join(f"{_fmt(a)} → {_fmt(b)} ({k})"
+                lines.append("- transitions: " + ", ".join(f"{fmt_value(a)} → {fmt_value(b)} ({k})"
                                                            for (a, b), k in c.transitions.most_common(8)))
-            lines.append(f"- where: {_region_text(region_of(c, report.dimensions), report, c)}")
+            lines.append(f"- where: {region_text(region_of(c, report.dimensions), report, c)}")
             if c.example and "command_b" in c.example:
                 lines.append(f"- example: `{c.example['command_b']}`")
             lines.append("")

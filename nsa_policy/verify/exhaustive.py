@@ -22,11 +22,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from nsa_policy.base.errors import InputError, RuleFileError
 from nsa_policy.catalog.codes import load_codes
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.engine.bundle import CompiledBundle, compile_bundle, concrete_bundles, get_bundle
-from nsa_policy.engine.evaluator import evaluate
-from nsa_policy.errors import InputError, RuleFileError
+from nsa_policy.core.bundle import CompiledBundle, compile_bundle, concrete_bundles, get_bundle
+from nsa_policy.core.evaluator import evaluate
 from nsa_policy.verify.invariants import INVARIANTS
 from nsa_policy.verify.references import code_problems, declared_wins, evidence_basis, literal_problems, wins_over_problems
 from nsa_policy.verify.run import RECORD_FIELDS, SpaceRun, near_misses, run_space

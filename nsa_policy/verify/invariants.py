@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
-from nsa_policy.engine.decision import Decision
-from nsa_policy.engine.facts import Facts
-from nsa_policy.engine.namespace import KV_ALIASES
-from nsa_policy.verify.vllm_invariants import VLLM_INVARIANTS, check_vllm_invariants
+from nsa_policy.core.decision import Decision
+from nsa_policy.core.facts import Facts
+from nsa_policy.core.namespace import KV_ALIASES
+from nsa_policy.engines.vllm.invariants import VLLM_INVARIANTS, check_vllm_invariants
 
 INVARIANTS = {
     "backend-runs-here": "no backend is chosen where the capability matrix says it cannot run",

@@ -24,7 +24,7 @@ def sglang_span(backend: str, phase: str) -> Optional[str]:
     """Since (and until) which sglang release the backend is a choice of the phase's flag, from the
     catalog (backends.yaml `sglang_choice`): "0.5.17", "≤ 0.5.10" (every release the argument registry
     covers), "0.5.10–0.5.19"; None when no release lists it for that phase."""
-    from nsa_policy.catalog.args import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     cat = load_catalog()
     since = cat.sglang_since(backend, phase)
@@ -229,12 +229,12 @@ def markdown_digest(text: str) -> Optional[str]:
 
 def write_all(out_dir: Path, policy: str = "default") -> dict[str, Path]:
     """docs/matrix.md, .png and .svg from one matrix_data() call."""
-    from nsa_policy.safe_io import check_output_path, write_atomic
+    from nsa_policy.base.safe_io import check_output_path, write_atomic
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        from nsa_policy.errors import InputError
+        from nsa_policy.base.errors import InputError
 
         raise InputError("--out-dir", str(out_dir), hint=f"cannot create: {exc.strerror or exc}") from None
     check_output_path(out_dir, field="--out-dir", want_dir=True)

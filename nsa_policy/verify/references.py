@@ -11,12 +11,12 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from nsa_policy.base.errors import closest
+from nsa_policy.base.yaml_lines import load_yaml
 from nsa_policy.catalog.codes import CodeRegistry
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
-from nsa_policy.engine.bundle import CompiledBundle, CompiledRule, Fixed
-from nsa_policy.engine.conditions import leaves
-from nsa_policy.engine.yaml_lines import load_yaml
-from nsa_policy.errors import closest
+from nsa_policy.core.bundle import CompiledBundle, CompiledRule, Fixed
+from nsa_policy.core.conditions import leaves
 from nsa_policy.inputs import PACKAGES
 
 # A description that cites where its behaviour comes from counts as evidence.
@@ -35,8 +35,8 @@ def _value_domains(catalog: Catalog, engine: str = "sglang") -> dict[str, tuple[
         "model.family": (list(catalog.model_doc.families), "model family"),
         "model.id": (catalog.model_ids, "catalog model"),
     }
-    if engine == "vllm":  # vLLM's KV dtypes and backend enum names (rules/catalog/vllm*.yaml), not sglang's
-        from nsa_policy.catalog.vllm import load_vllm
+    if engine == "vllm":  # vLLM's KV dtypes and backend enum names (rules/catalog/vllm/*.yaml), not sglang's
+        from nsa_policy.engines.vllm.catalog import load_vllm
 
         v = load_vllm()
         vkv = list(v.argument("kv_cache_dtype").choices or ())

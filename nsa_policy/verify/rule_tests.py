@@ -21,21 +21,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nsa_policy.base.errors import InputError, NsaPolicyError, RuleFileError, closest
+from nsa_policy.base.paths import policy_dir, rules_dir
+from nsa_policy.base.schema_load import validate_doc
+from nsa_policy.base.yaml_lines import LineDict, line_of, load_yaml
 from nsa_policy.catalog.codes import load_codes
-from nsa_policy.catalog.paths import policy_dir, rules_dir
 from nsa_policy.catalog.store import KV_DTYPES, load_catalog
-from nsa_policy.engine.bundle import (
+from nsa_policy.core.bundle import (
     BUNDLE_FILE,
     BundleFile,
     bundle_path,
     concrete_bundles,
     get_bundle,
 )
-from nsa_policy.engine.decision import Decision
-from nsa_policy.engine.facts import Facts
-from nsa_policy.engine.schema_load import validate_doc
-from nsa_policy.engine.yaml_lines import LineDict, line_of, load_yaml
-from nsa_policy.errors import InputError, NsaPolicyError, RuleFileError, closest
+from nsa_policy.core.decision import Decision
+from nsa_policy.core.facts import Facts
 
 TESTS_DIR = "tests"
 FIRED = ("fired", "emitted")  # trace outcomes of a rule that took effect
@@ -394,7 +394,7 @@ def compare(expect: Expectation, decision: Decision, rule_ids: Sequence[str]) ->
 
 def _kv_dtypes_any_engine() -> tuple[str, ...]:
     """sglang's resolved KV dtypes, then vLLM's (a vllm-* bundle's decision holds vLLM's names)."""
-    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.engines.vllm.catalog import load_vllm
 
     extra = [k for k in load_vllm().argument("kv_cache_dtype").choices or () if k not in KV_DTYPES]
     return tuple(KV_DTYPES) + tuple(extra)

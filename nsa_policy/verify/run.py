@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, cast
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
-from nsa_policy.engine.bundle import CompiledBundle
-from nsa_policy.engine.conditions import Namespace, conjuncts
-from nsa_policy.engine.decision import DECISION_OUTPUTS, RECORDED_FIELDS, outputs_for
-from nsa_policy.engine.evaluator import evaluate
-from nsa_policy.engine.namespace import KV_ALIASES, outputs_read
+from nsa_policy.core.bundle import CompiledBundle
+from nsa_policy.core.conditions import Namespace, conjuncts
+from nsa_policy.core.decision import DECISION_OUTPUTS, RECORDED_FIELDS, outputs_for
+from nsa_policy.core.evaluator import evaluate
+from nsa_policy.core.namespace import KV_ALIASES, outputs_read
+from nsa_policy.engines.vllm.invariants import NOT_VLLM_OUTPUTS
 from nsa_policy.verify.invariants import check_invariants  # imported here, not in forked workers
 from nsa_policy.verify.space import FactsBuilder, Point, Space
-from nsa_policy.verify.vllm_invariants import NOT_VLLM_OUTPUTS
 
 RECORD_FIELDS = RECORDED_FIELDS  # the Decision fields tagged `recorded`
 # Every DSA decision that is not rejected sets all its outputs.
@@ -320,7 +320,7 @@ def record_of(decision) -> tuple:
 _PROBES: dict = {}
 
 
-def _probed(bundle: CompiledBundle, catalog: Catalog) -> tuple[Probe, CompiledBundle]:
+def probed_bundle(bundle: CompiledBundle, catalog: Catalog) -> tuple[Probe, CompiledBundle]:
     """One probe per bundle per process (the evaluator caches per-device plans of the probed copy)."""
     key = (bundle.digest, bundle.files, id(bundle))
     hit = _PROBES.get(key)
@@ -332,7 +332,7 @@ def _probed(bundle: CompiledBundle, catalog: Catalog) -> tuple[Probe, CompiledBu
 
 def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int, invariants: bool) -> SpaceRun:
     catalog = memo_catalog()
-    probe, probed = _probed(bundle, catalog)
+    probe, probed = probed_bundle(bundle, catalog)
     builder = FactsBuilder(catalog)
     rules = probe.rules
     n = stop - start

@@ -33,9 +33,9 @@ from functools import cached_property
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from nsa_policy.catalog.store import Catalog, load_catalog
-from nsa_policy.engine.conditions import leaves
-from nsa_policy.engine.facts import THRESHOLD_ENV_VARS, Facts, ServingConfig, derive
-from nsa_policy.engine.namespace import device_part, inputs_of
+from nsa_policy.core.conditions import leaves
+from nsa_policy.core.facts import THRESHOLD_ENV_VARS, Facts, ServingConfig, derive
+from nsa_policy.core.namespace import device_part, inputs_of
 from nsa_policy.inputs import environment_from
 
 INVALID_KV = "fp8_e5m2"
@@ -168,7 +168,7 @@ class Point:
     def spelt_flags(self) -> dict[str, str]:
         """config field → the flag this input was spelt with (its values' `spellings`), so a command
         reproduces what the release bundles judge of spellings; "" = carried by another spelt flag."""
-        from nsa_policy.catalog.args import load_args
+        from nsa_policy.engines.sglang.args import load_args
 
         reg = load_args()
         out: dict[str, str] = {}
@@ -316,7 +316,7 @@ def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
     phase, head padding) is the same: then every decision differs only in the device's name inside
     messages, so one class is evaluated for the group.
     """
-    from nsa_policy.engine.conditions import compile_condition
+    from nsa_policy.core.conditions import compile_condition
 
     found: list = []
     for bundle in bundles:
@@ -523,7 +523,7 @@ VLLM_INVALID_INDEXER = "fp4"
 
 
 def vllm_space(catalog: Optional[Catalog] = None) -> Space:
-    """The space a vllm-* bundle is checked over (engine vllm, vLLM's values from rules/catalog/vllm*.yaml):
+    """The space a vllm-* bundle is checked over (engine vllm, vLLM's values from rules/catalog/vllm/*.yaml):
     the grid of the differential harness (scripts/vllm_oracle: device × model × TP × DCP × KV dtype ×
     forced backend × block size), split into blocks, with the attention-config options and malformed input.
 
@@ -535,7 +535,7 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
     - ``other_devices``: Intel XPU and CPU (refused with NSA155) × model × KV dtype × {auto, one forced}.
     - ``not_dsa``: a model without DSA on every device.
     """
-    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.engines.vllm.catalog import load_vllm
 
     catalog = catalog or load_catalog()
     v = load_vllm()
@@ -585,7 +585,7 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
 
 def space_for(bundles: Sequence[Any], catalog: Optional[Catalog] = None) -> Space:
     """The space bundles are checked (or diffed) over: their engine's (vLLM's facts are not sglang's)."""
-    from nsa_policy.errors import InputError
+    from nsa_policy.base.errors import InputError
 
     engines = sorted({getattr(b, "engine", "sglang") for b in bundles})
     if len(engines) > 1:

@@ -1,7 +1,7 @@
 """Acceptance of `nsa-policy launch` against sglang's real parsers (issue 10, deliverable 4).
 
 For each release: build launch's final command for a set of scenarios with the project's planner
-(nsa_policy.integration.launch.plan_launch, given the target release when it takes one), parse the
+(nsa_policy.engines.sglang.launch.plan_launch, given the target release when it takes one), parse the
 server part of each command with that release's own parser (run.py → parse_argv.py in the release's
 side environment), and compare:
 
@@ -133,7 +133,7 @@ def scenarios(facts: ReleaseFacts) -> list[dict[str, Any]]:
 
 
 def planner_signature() -> dict[str, Any]:
-    from nsa_policy.integration.launch import plan_launch
+    from nsa_policy.engines.sglang.launch import plan_launch
 
     params = inspect.signature(plan_launch).parameters
     return {"version_param": next((p for p in ("sglang_version", "release", "target_release") if p in params), None),
@@ -141,8 +141,8 @@ def planner_signature() -> dict[str, Any]:
 
 
 def plan(scenario: dict[str, Any], release: str, version_param: Optional[str]) -> dict[str, Any]:
-    from nsa_policy.errors import InputError, PolicyError
-    from nsa_policy.integration.launch import plan_launch
+    from nsa_policy.base.errors import InputError, PolicyError
+    from nsa_policy.engines.sglang.launch import plan_launch
 
     command = PREFIXES[scenario["prefix"]] + scenario["args"]
     kwargs: dict[str, Any] = {"device": scenario["device"], "env": dict(scenario["env"]),
@@ -292,7 +292,7 @@ def run(releases: list[str], envs: SideEnvs) -> dict[str, Any]:
     sig = planner_signature()
     source = str(Path(nsa_policy.__file__).resolve().parent.parent)
     return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-            "planner": {"function": "nsa_policy.integration.launch.plan_launch", "nsa_policy_from": source, **sig},
+            "planner": {"function": "nsa_policy.engines.sglang.launch.plan_launch", "nsa_policy_from": source, **sig},
             "releases": [run_release(envs, r, sig["version_param"]) for r in releases]}
 
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import nsa_policy
-from nsa_policy.errors import InputError
+from nsa_policy.base.errors import InputError
 
 FIELDS = ("attention_backend", "requested_kv_cache_dtype", "kv_cache_dtype", "page_size", "dense_attn_kv_len_threshold")
 DEVICE = {"sm80": "a100", "sm86": "sm86", "sm89": "l40s", "sm90": "h200", "sm100": "b200", "sm103": "b300",

@@ -14,7 +14,7 @@ def shipped_reports():
 
 @pytest.fixture(scope="session")
 def sglang_diff():
-    from nsa_policy.engine.bundle import get_bundle
+    from nsa_policy.core.bundle import get_bundle
     from nsa_policy.verify.diff import diff_space
 
     return diff_space(get_bundle("sglang-pre-21783"), get_bundle("sglang-0.5.10"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from cases_support import case_files
 
-from nsa_policy.engine.bundle import get_bundle
+from nsa_policy.core.bundle import get_bundle
 from nsa_policy.verify.coverage import case_coverage, load_case_files
 
 

@@ -69,8 +69,8 @@ def test_cli_matrix():
 
 def test_sglang_since_is_the_catalogs_first_listing_release(data):
     """'sglang since' comes from backends.yaml sglang_choice (and the registry's oldest release), never typed."""
-    from nsa_policy.catalog.args import load_args
-    from nsa_policy.versions import parse_version
+    from nsa_policy.base.versions import parse_version
+    from nsa_policy.engines.sglang.args import load_args
 
     cat = load_catalog()
     oldest = load_args().oldest

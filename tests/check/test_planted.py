@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nsa_policy.catalog.paths import policy_dir
-from nsa_policy.engine.bundle import compile_bundle
+from nsa_policy.base.paths import policy_dir
+from nsa_policy.core.bundle import compile_bundle
 from nsa_policy.verify.exhaustive import check_bundle, static_issues
 
 

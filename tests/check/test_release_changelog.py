@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nsa_policy.verify import changelog
+from nsa_policy.engines.sglang import changelog
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sglang-releases.md"
 HOW = f"docs/sglang-releases.md is stale: run `{changelog.COMMAND}` and commit it"
@@ -76,8 +76,8 @@ def test_example_commands_reproduce_the_input(log, tmp_path, monkeypatch):
     assert result.exit_code in (0, 1), result.output
     decided = json.loads(result.output)
     from nsa_policy.catalog.store import load_catalog
-    from nsa_policy.engine.bundle import get_bundle
-    from nsa_policy.engine.evaluator import evaluate
+    from nsa_policy.core.bundle import get_bundle
+    from nsa_policy.core.evaluator import evaluate
     from nsa_policy.verify.coverage import facts_from_case_input
     from nsa_policy.verify.run import RECORD_FIELDS
 
@@ -105,7 +105,7 @@ def test_the_doc_lists_every_release(log):
 def test_release_chain_is_in_version_order():
     chain = changelog.release_chain()
     assert chain[0] == "sglang-0.5.10" and "sglang-pre-21783" not in chain
-    from nsa_policy.versions import parse_version
+    from nsa_policy.base.versions import parse_version
 
     versions = [parse_version(b.removeprefix("sglang-")) for b in chain]
     assert versions == sorted(versions)

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from nsa_policy.verify.engine_replay import layout_width
+from nsa_policy.engines.sglang.replay import layout_width
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sglang" / "kv_layout.jsonl"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nsa_policy.verify.engine_replay import agree, answer, as_given, outside
+from nsa_policy.engines.sglang.replay import agree, answer, as_given, outside
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sglang"
 RELEASES = sorted((p.parent.name for p in DATA.glob("*/replay.jsonl")), key=lambda r: tuple(int(x) for x in r.split(".")))
@@ -24,7 +24,7 @@ def _lines(release: str) -> list[dict]:
 
 
 def test_every_release_bundle_has_replay_data() -> None:
-    from nsa_policy.engine.bundle import concrete_bundles
+    from nsa_policy.core.bundle import concrete_bundles
 
     bundles = {b.removeprefix("sglang-") for b in concrete_bundles() if b.startswith("sglang-0")}
     assert bundles <= set(RELEASES), f"no replay data for {sorted(bundles - set(RELEASES))}"

@@ -1,7 +1,7 @@
 """`check` over every shipped bundle: no findings, every rule fires and takes effect somewhere."""
 from __future__ import annotations
 
-from nsa_policy.engine.bundle import concrete_bundles, get_bundle
+from nsa_policy.core.bundle import concrete_bundles, get_bundle
 
 
 def test_every_shipped_bundle_is_checked(shipped_reports):

@@ -4,8 +4,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.engine.bundle import get_bundle
-from nsa_policy.engine.evaluator import evaluate
+from nsa_policy.core.bundle import get_bundle
+from nsa_policy.core.evaluator import evaluate
 from nsa_policy.verify.coverage import facts_from_case_input
 from nsa_policy.verify.run import Probe, probe_bundle, record_of
 from nsa_policy.verify.space import FactsBuilder, device_groups, standard_space

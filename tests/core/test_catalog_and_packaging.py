@@ -123,7 +123,7 @@ def test_built_wheel_ships_rules_and_cli(tmp_path: Path, repo: Path) -> None:
     inst = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                           capture_output=True, text=True)
     assert inst.returncode == 0, inst.stderr
-    code = ("import nsa_policy, nsa_policy.catalog.paths as p; d = nsa_policy.resolve({}, device='gb10', "
+    code = ("import nsa_policy, nsa_policy.base.paths as p; d = nsa_policy.resolve({}, device='gb10', "
             "model='zai-org/GLM-5', env={}); print(p.rules_dir(), d.prefill_backend)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})

@@ -8,8 +8,8 @@ import pytest
 
 from nsa_policy import build_facts, decide
 from nsa_policy.commands._render import render_explain, render_table
-from nsa_policy.engine.bundle import get_bundle
-from nsa_policy.engine.decision import (
+from nsa_policy.core.bundle import get_bundle
+from nsa_policy.core.decision import (
     AGREED_FIELDS,
     DECISION_OUTPUTS,
     OUTPUT_FIELDS,
@@ -23,7 +23,7 @@ from nsa_policy.engine.decision import (
     outputs_for,
     tagged,
 )
-from nsa_policy.engine.namespace import known_path
+from nsa_policy.core.namespace import known_path
 from nsa_policy.integration.fleet import agreement_digest, agreement_view
 from nsa_policy.verify.run import record_of
 
@@ -53,7 +53,7 @@ def test_outputs_are_the_fields_tagged_output_of_the_decision_and_its_runtime() 
 
 
 def test_a_rule_setting_an_untagged_field_is_refused_at_compile_time(tmp_path) -> None:
-    from nsa_policy.errors import RuleFileError
+    from nsa_policy.base.errors import RuleFileError
 
     (tmp_path / "bundle.yaml").write_text("name: t\ndescription: t\n")
     (tmp_path / "30-backends.yaml").write_text(
@@ -98,7 +98,7 @@ def test_only_agreed_fields_move_the_agreement_digest(decision: Decision, vllm_d
     if other is None or name == "runtime":
         other = {"runtime": lambda v: v.model_copy(update={"mha_one_shot": not v.mha_one_shot})}.get(name)
     if name in ("warnings", "errors", "notes"):
-        from nsa_policy.engine.decision import Finding
+        from nsa_policy.core.decision import Finding
 
         changed = decision.model_copy(update={name: (Finding(code="NSA999", level="error", message="m", rule="r"),)})
     elif name == "provenance":

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
+from nsa_policy.base.errors import DeviceDiscoveryError, InputError
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.errors import DeviceDiscoveryError, InputError
 from nsa_policy.integration.discovery import _read_torch_xpu, discover
 
 NO_NVML = pynvml.NVMLError_LibraryNotFound

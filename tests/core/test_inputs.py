@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import InputError, PolicyError, RuleFileError, ServingConfig, resolve
-from nsa_policy.engine.bundle import compile_bundle
+from nsa_policy.core.bundle import compile_bundle
 
 DS = "deepseek-ai/DeepSeek-V3.2"
 
@@ -85,7 +85,7 @@ def test_unknown_policy() -> None:
     with pytest.raises(InputError) as exc:
         resolve({}, device="h200", model=DS, policy="sglang-0.5.1")
     # no release bundle is as old as 0.5.1; the closest shipped name is suggested
-    from nsa_policy.engine.bundle import list_bundles
+    from nsa_policy.core.bundle import list_bundles
 
     assert exc.value.suggestion in list_bundles() and exc.value.suggestion.startswith("sglang-0.5.")
     with pytest.raises(InputError, match="abstract"):

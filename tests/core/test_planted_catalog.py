@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nsa_policy.catalog.paths import rules_dir
+from nsa_policy.base.paths import rules_dir
 
 CLASS, CAPABILITY, DEVICE, PRODUCT = "sm110", (11, 0), "b400", "NVIDIA B400"
 BACKEND, PACKAGE = "planted_sparse", "planted-kernels"
@@ -177,8 +177,8 @@ def test_planner_reads_the_catalog_gate(planted: Path) -> None:
 # ---------------------------------------------------------------- in-process: the catalog's own checks
 
 def test_a_cell_naming_an_unknown_class_is_a_file_line_error(tmp_path: Path) -> None:
+    from nsa_policy.base.errors import RuleFileError
     from nsa_policy.catalog.store import Catalog
-    from nsa_policy.errors import RuleFileError
 
     root = tmp_path / "catalog"
     shutil.copytree(rules_dir() / "catalog", root)
@@ -193,7 +193,7 @@ def test_a_cell_naming_an_unknown_class_is_a_file_line_error(tmp_path: Path) -> 
 
 def test_device_facts_from_outside_must_name_a_catalog_class() -> None:
     import nsa_policy
-    from nsa_policy.engine.facts import DeviceFacts
+    from nsa_policy.core.facts import DeviceFacts
 
     stranger = DeviceFacts(name="x", device_class="sm111", vendor="nvidia", compute_capability=(11, 1))
     with pytest.raises(nsa_policy.InputError) as err:
@@ -208,7 +208,7 @@ def test_policy_and_planner_read_one_mha_gate(policy: str, release: str | None) 
     # (a compat bundle: the gate of its sglang release).
     import nsa_policy
     from nsa_policy.catalog.store import load_catalog
-    from nsa_policy.engine.bundle import list_bundles
+    from nsa_policy.core.bundle import list_bundles
     from nsa_policy.runtime.planner import mha_one_shot_supported
 
     if policy not in list_bundles():

@@ -96,7 +96,7 @@ def test_threads_may_advance_it():
 
 
 def test_run_space_reports_every_input_once():
-    from nsa_policy.engine.bundle import get_bundle
+    from nsa_policy.core.bundle import get_bundle
     from nsa_policy.verify.run import run_space
     from nsa_policy.verify.space import Space, standard_space
 

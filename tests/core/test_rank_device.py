@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import resolve
+from nsa_policy.base.errors import InputError
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.errors import InputError
 from nsa_policy.integration import startup
 from nsa_policy.integration.discovery import auto_index, discover, mixed_node, read_node
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsa_policy.engine.memo import ReadMemo
+from nsa_policy.core.memo import ReadMemo
 
 
 class Ns(dict):

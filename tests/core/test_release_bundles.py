@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from nsa_policy.engine.bundle import get_bundle, list_bundles, release_bundle
-from nsa_policy.errors import InputError
-from nsa_policy.versions import parse_version
+from nsa_policy.base.errors import InputError
+from nsa_policy.base.versions import parse_version
+from nsa_policy.core.bundle import get_bundle, list_bundles, release_bundle
 
 
 def _release_bundles() -> list[tuple[object, str]]:
@@ -54,8 +54,8 @@ def test_policies_lists_the_releases_each_bundle_answers_for() -> None:
 
     from typer.testing import CliRunner
 
-    from nsa_policy.catalog.args import load_args
     from nsa_policy.cli import app
+    from nsa_policy.engines.sglang.args import load_args
 
     result = CliRunner().invoke(app, ["policies", "--json"])
     assert result.exit_code == 0, result.output

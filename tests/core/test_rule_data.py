@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nsa_policy.catalog.paths import policy_dir
-from nsa_policy.engine.bundle import compile_bundle
-from nsa_policy.errors import RuleFileError
+from nsa_policy.base.errors import RuleFileError
+from nsa_policy.base.paths import policy_dir
+from nsa_policy.core.bundle import compile_bundle
 from nsa_policy.verify.rule_tests import bundle_test_files, load_test_file, plan
 
 SITE_RULES = """\

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from nsa_policy.base.errors import InputError
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.engine.alternatives import KINDS, compile_alternatives
-from nsa_policy.engine.bundle import FirstValid, Fixed, FromFact, VllmFirstValid, concrete_bundles, get_bundle
-from nsa_policy.engine.decision import OUTPUT_FIELDS, Decision
-from nsa_policy.engine.evaluator import evaluate
-from nsa_policy.engine.facts import Facts
-from nsa_policy.engine.namespace import INPUTS, build_namespace, inputs_of, known_path, outputs_read
-from nsa_policy.errors import InputError
+from nsa_policy.core.alternatives import KINDS, compile_alternatives
+from nsa_policy.core.bundle import FirstValid, Fixed, FromFact, VllmFirstValid, concrete_bundles, get_bundle
+from nsa_policy.core.decision import OUTPUT_FIELDS, Decision
+from nsa_policy.core.evaluator import evaluate
+from nsa_policy.core.facts import Facts
+from nsa_policy.core.namespace import INPUTS, build_namespace, inputs_of, known_path, outputs_read
 from nsa_policy.verify.space import FactsBuilder, space_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_a_rule_that_does_not_read_the_device_or_model_says_the_same_on_every_on
             if what == "device":
                 variant = _facts_on(facts, device=other)
             else:
-                from nsa_policy.engine.facts import derive
+                from nsa_policy.core.facts import derive
 
                 variant = _facts_on(facts, model=other, derived=derive(other, facts.config))
             for rid, outcome in _by_rule(evaluate(bundle, variant, catalog, trace=True)).items():
@@ -172,7 +172,7 @@ def test_alternatives_kinds_check_their_argument() -> None:
 
 
 def test_a_bad_alternatives_argument_is_a_rule_file_error(tmp_path) -> None:
-    from nsa_policy.errors import RuleFileError
+    from nsa_policy.base.errors import RuleFileError
 
     (tmp_path / "bundle.yaml").write_text("name: t\ndescription: t\n")
     (tmp_path / "70-validate.yaml").write_text(
@@ -219,7 +219,7 @@ def test_consumers_use_only_the_interface() -> None:
 def test_vllm_bundles_are_evaluated_over_vllm_s_own_space() -> None:
     """A vllm-* bundle refuses sglang's facts; its space (space.vllm_space) gives vLLM facts, every device
     class the vLLM catalog describes, and `check` says it does not check vLLM bundles rather than erring."""
-    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.engines.vllm.catalog import load_vllm
     from nsa_policy.verify.exhaustive import check_bundle
 
     vllm = [get_bundle(b) for b in BUNDLES if get_bundle(b).engine == "vllm"]

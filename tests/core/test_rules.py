@@ -8,7 +8,7 @@ from functools import cache
 import pytest
 
 from nsa_policy import build_facts, decide
-from nsa_policy.engine.bundle import concrete_bundles, get_bundle
+from nsa_policy.core.bundle import concrete_bundles, get_bundle
 from nsa_policy.verify.rule_tests import CaseResult, facts_of, run_case, shipped_plan
 
 PAIRS = [(run.policy, case) for run in shipped_plan() for case in run.cases]

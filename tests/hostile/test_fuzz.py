@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import nsa_policy
-from nsa_policy.errors import NsaPolicyError
+from nsa_policy.base.errors import NsaPolicyError
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -149,8 +149,8 @@ def test_lint_inputs_never_crash(tmp_path_factory, name, body):
 @pytest.mark.parametrize("literal", ["sixty-four", "'64'", "64.0", "true"])
 def test_a_bundle_page_size_must_be_an_integer(tmp_path, literal):
     """A custom bundle may not set page_size to a string (resolve used to exit 0, launch to emit it)."""
-    from nsa_policy.engine.bundle import get_bundle
-    from nsa_policy.errors import RuleFileError
+    from nsa_policy.base.errors import RuleFileError
+    from nsa_policy.core.bundle import get_bundle
 
     folder = tmp_path / "site"
     folder.mkdir()

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import InputError
-from nsa_policy.integration.launch import parse_command, plan_launch
+from nsa_policy.engines.sglang.launch import parse_command, plan_launch
 from nsa_policy.integration.startup import apply
 
 DS = "deepseek-ai/DeepSeek-V3.2"

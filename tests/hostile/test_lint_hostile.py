@@ -27,7 +27,7 @@ def lint(*args: str):
 
 def _permissive_bundle(root: Path) -> Path:
     """What a pull request could ship: a bundle that extends default and drops every validation rule."""
-    from nsa_policy.engine.bundle import get_bundle
+    from nsa_policy.core.bundle import get_bundle
 
     folder = root / ".nsa" / "permissive"
     folder.mkdir(parents=True)
@@ -65,7 +65,7 @@ def test_a_hint_may_pick_a_shipped_bundle_only_without_explicit_policy(tmp_path,
 
 
 def test_same_named_local_folder_does_not_shadow_a_shipped_bundle(tmp_path, monkeypatch):
-    from nsa_policy.engine.bundle import get_bundle
+    from nsa_policy.core.bundle import get_bundle
 
     shadow = tmp_path / "default"
     shadow.mkdir()

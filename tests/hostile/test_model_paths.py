@@ -7,7 +7,7 @@ import pytest
 
 import nsa_policy
 from hostile.bounded import run_bounded
-from nsa_policy.errors import InputError
+from nsa_policy.base.errors import InputError
 
 
 def _resolve(model):

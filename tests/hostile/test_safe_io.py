@@ -7,9 +7,9 @@ import time
 import pytest
 
 from hostile.bounded import run_bounded
-from nsa_policy import safe_io
-from nsa_policy.errors import InputError
-from nsa_policy.safe_io import (
+from nsa_policy.base import safe_io
+from nsa_policy.base.errors import InputError
+from nsa_policy.base.safe_io import (
     MAX_DEPTH,
     UnsafeInput,
     check_output_path,

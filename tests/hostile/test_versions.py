@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from nsa_policy.errors import InputError
-from nsa_policy.versions import canonical_name, parse_version, version_ge
+from nsa_policy.base.errors import InputError
+from nsa_policy.base.versions import canonical_name, parse_version, version_ge
 
 
 @pytest.mark.parametrize("have", ["0.6.7+cu130", "0.6.13rc1", "0.6.1a4", "0.6.13", "0.6.13.post1", "0.6.14.dev0"])

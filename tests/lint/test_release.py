@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nsa_policy.catalog.args import load_args
+from nsa_policy.engines.sglang.args import load_args
 from nsa_policy.lint import LintOptions, lint_paths
 
 from .helpers import findings, run_lint
@@ -137,11 +137,13 @@ def test_a_choice_listed_only_by_later_releases(tmp_path) -> None:
 
 
 def test_lint_code_holds_no_release_numbers() -> None:
-    """Every release fact comes from the registry (rules/catalog/sglang-args.yaml, backends.yaml)."""
-    root = Path(__file__).resolve().parents[2] / "nsa_policy" / "lint"
-    for name in ("launch_checks.py", "flags.py", "text.py"):
-        code = "\n".join(ln.split("#", 1)[0] for ln in (root / name).read_text().splitlines())  # comments may cite
-        assert not re.search(r"\b0\.\d+\.\d+\b", code), name
+    """Every release fact comes from the registry (rules/catalog/sglang/args.yaml, backends.yaml)."""
+    pkg = Path(__file__).resolve().parents[2] / "nsa_policy"
+    files = [pkg / "lint" / "launch_checks.py", pkg / "lint" / "text.py", *sorted(pkg.glob("engines/*/flags.py"))]
+    assert len(files) >= 3
+    for path in files:
+        code = "\n".join(ln.split("#", 1)[0] for ln in path.read_text().splitlines())  # comments may cite
+        assert not re.search(r"\b0\.\d+\.\d+\b", code), path.name
 
 
 def test_attn_dp_size_is_read_as_the_attention_dp_width(tmp_path) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from nsa_policy.base.errors import InputError
 from nsa_policy.cli import app
-from nsa_policy.errors import InputError
-from nsa_policy.integration.launch_vllm import plan_vllm_launch
+from nsa_policy.engines.vllm.launch import plan_vllm_launch
+from nsa_policy.engines.vllm.lint import vllm_release
 from nsa_policy.lint import lint_paths
-from nsa_policy.lint.vllm import vllm_release
 
 from .helpers import findings
 

@@ -1,4 +1,4 @@
-"""The argument registry (rules/catalog/sglang-args.yaml): its release facts, the tables derived from
+"""The argument registry (rules/catalog/sglang/args.yaml): its release facts, the tables derived from
 it, the generated docs, and agreement with the released wheels and with real parser dumps."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nsa_policy.catalog.args import load_args
-from nsa_policy.engine.facts import ServingConfig
+from nsa_policy.core.facts import ServingConfig
+from nsa_policy.engines.sglang.args import load_args
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -78,7 +78,7 @@ def test_every_field_is_a_serving_config_field_and_every_flag_is_declared_once()
         assert arg.field is None or arg.field in ServingConfig.model_fields, arg.name
         for sp in arg.spellings:
             assert reg.lookup(sp.flag) == (arg, sp)
-    from nsa_policy.catalog.vllm import load_vllm
+    from nsa_policy.engines.vllm.catalog import load_vllm
 
     # ServingConfig holds both engines' arguments: each field is sglang's (sglang-args.yaml) or vLLM's
     # (vllm-args.yaml); `engine` says which engine they are for and is no argument of either
@@ -90,9 +90,9 @@ def test_every_field_is_a_serving_config_field_and_every_flag_is_declared_once()
 
 
 def test_derived_tables_come_from_the_registry() -> None:
+    from nsa_policy.engines.sglang.flags import load_flags
     from nsa_policy.inputs import FIELD_ALIASES
     from nsa_policy.integration import startup
-    from nsa_policy.lint.flags import load_flags
 
     assert FIELD_ALIASES == reg.field_aliases()
     assert {"dsa_prefill_backend", "tensor_parallel_size", "tp"} <= set(FIELD_ALIASES)

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 import nsa_policy
-from nsa_policy.catalog.paths import policy_dir
-from nsa_policy.engine.bundle import release_bundle
+from nsa_policy.base.paths import policy_dir
+from nsa_policy.core.bundle import release_bundle
 
 # Runs in the child: record every file opened, then run the CLI as `nsa-policy ARGS`.
 CHILD = """

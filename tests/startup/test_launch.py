@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import InputError
-from nsa_policy.integration.launch import command_interpreter, detect_sglang_version, parse_command, plan_launch
+from nsa_policy.engines.sglang.launch import command_interpreter, detect_sglang_version, parse_command, plan_launch
 
 from .sglang_args import sglang_0_5_23_parser, sglang_parser
 
@@ -218,7 +218,7 @@ def test_the_release_is_asked_of_the_commands_own_interpreter(tmp_path: Path) ->
 def test_an_unknown_release_targets_the_newest_known_with_a_note(tmp_path: Path) -> None:
     python = _fake_interpreter(tmp_path, None)
     p = plan_launch([str(python), "-m", "sglang.launch_server", "--model-path", DS], device="b200", env={}, logger=QUIET)
-    from nsa_policy.catalog.args import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     assert p.release.version == load_args().newest and p.release.source.startswith("unknown: no sglang installed for")
     assert any("--sglang-version" in n for n in p.notes)

@@ -7,9 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from nsa_policy.base.errors import InputError, PolicyError
 from nsa_policy.cli import app
-from nsa_policy.errors import InputError, PolicyError
-from nsa_policy.integration.launch_vllm import plan_vllm_launch
+from nsa_policy.engines.vllm.launch import plan_vllm_launch
 
 DSV32 = "deepseek-ai/DeepSeek-V3.2"
 

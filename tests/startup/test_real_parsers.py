@@ -99,7 +99,7 @@ SPELLINGS = [["--nsa-prefill-backend", "flashmla_kv"], ["--dsa-prefill-backend",
 @pytest.mark.parametrize("release", [r for r in RELEASES if Version(r) >= Version("0.5.20")])
 def test_release_bundles_judge_spellings_as_the_real_parser(oracle, release: str, tmp_path) -> None:
     from nsa_policy.api import resolve
-    from nsa_policy.engine.bundle import release_bundle
+    from nsa_policy.core.bundle import release_bundle
 
     _, _, envs = oracle
     cases = []

@@ -1,6 +1,6 @@
 """Flag spellings judged per release (issue 11, deliverable 2): resolve, the library call, launch.
 
-The verdicts are the argument registry's (rules/catalog/sglang-args.yaml); the opt-in
+The verdicts are the argument registry's (rules/catalog/sglang/args.yaml); the opt-in
 tests/startup/test_real_parsers.py checks them against each release's real parser.
 """
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 import nsa_policy
-from nsa_policy.catalog.args import load_args
+from nsa_policy.base.errors import InputError
 from nsa_policy.cli import app
-from nsa_policy.errors import InputError
-from nsa_policy.integration.launch import plan_launch
+from nsa_policy.engines.sglang.args import load_args
+from nsa_policy.engines.sglang.launch import plan_launch
 
 V32 = "deepseek-ai/DeepSeek-V3.2"
 

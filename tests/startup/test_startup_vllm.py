@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import pytest
 
-from nsa_policy.errors import InputError
+from nsa_policy.base.errors import InputError
 from nsa_policy.integration.startup import StartupRejected, apply_vllm
 
 ROOT = Path(__file__).resolve().parents[2]

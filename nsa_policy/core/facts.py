@@ -1,0 +1,188 @@
+"""The facts a decision is made from: device, model, serving configuration, and what follows from them."""
+from __future__ import annotations
+
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Vendor = Literal["nvidia", "amd", "intel", "cpu"]
+
+
+def _catalog_enum(what: str) -> Callable[[dict[str, Any]], None]:
+    """JSON-schema hook: list the loaded catalog's device classes or model families.
+
+    The catalog (rules/catalog/) is the one owner of these names, so the types here are plain
+    strings; inputs are checked against the loaded catalog (Catalog.check_device/check_model)."""
+    def extra(schema: dict[str, Any]) -> None:
+        from nsa_policy.catalog.store import load_catalog  # lazy: the catalog imports this module
+
+        cat = load_catalog()
+        names = list(cat.device_classes if what == "device_class" else cat.family_names)
+        target = next((b for b in schema.get("anyOf", ()) if b.get("type") == "string"), schema)
+        target["enum"] = names
+    return extra
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+
+class FrozenDict(dict[Any, Any]):
+    """A dict no caller can change. Decisions are memoised and shared between callers, so the mappings
+    inside them (provenance, padded heads, packages) must be as immutable as the frozen models around them."""
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("this mapping is part of a shared, immutable decision; copy it with dict(...) to change it")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle/deepcopy rebuild from a plain dict, never by item writes
+        return (FrozenDict, (dict(self),))
+
+
+class DeviceFacts(Frozen):
+    """One accelerator class, as the catalog or NVML describes it."""
+
+    name: str = Field(description="catalog name (h200) or capability spec (sm90) or discovered product name")
+    device_class: str = Field(description="a device class of the catalog (rules/catalog/devices.yaml)",
+                              json_schema_extra=_catalog_enum("device_class"))
+    vendor: Vendor
+    compute_capability: Optional[tuple[int, int]] = Field(
+        default=None, description="(major, minor); ROCm reports major 9: gfx942 → (9, 4), gfx950 → (9, 5)")
+    product_name: Optional[str] = Field(default=None, description="the name NVML/torch reports, e.g. 'NVIDIA H200'")
+    memory_gb: Optional[float] = None
+    sm_count: Optional[int] = Field(default=None, description="streaming multiprocessors (NVIDIA) or compute units (AMD)")
+    source: Literal["catalog", "capability", "nvml", "torch"] = "catalog"
+
+
+class ModelFacts(Frozen):
+    """What the policy needs to know about a model: is it DSA, which family, top-k and heads."""
+
+    model_id: Optional[str] = None
+    architecture: str
+    family: Optional[str] = Field(default=None, description="a catalog family; None when the model is not a DSA model",
+                                  json_schema_extra=_catalog_enum("family"))
+    index_topk: Optional[int] = None
+    num_attention_heads: Optional[int] = None
+    # DSA variants later sglang releases branch on (config.json keys of the same names)
+    learnable_sink: bool = Field(default=False, description="attention sinks (HYV4): sglang 0.5.20+ forces bf16 KV")
+    index_kpool: int = Field(default=1, ge=1, description="KV pages per index page: sglang 0.5.22+ pages 64 x index_kpool")
+    index_topk_freq: int = Field(default=1, ge=1, description="the indexer runs every index_topk_freq layers")
+    index_topk_pattern: Optional[str] = Field(default=None, description="per-layer indexer pattern ('S': shared index)")
+    source: str = Field(default="catalog", description="catalog, a config.json path, 'mapping' or 'cli'")
+
+    @property
+    def is_dsa(self) -> bool:
+        return self.family is not None
+
+
+class ServingConfig(Frozen):
+    """The serving arguments that bear on DSA, spelt as sglang spells them. None = unset.
+
+    `engine` says which serving engine the arguments are for; vLLM's names map onto these fields
+    through rules/catalog/vllm/args.yaml (block_size → page_size, tensor_parallel_size → tp_size,
+    decode_context_parallel_size → dcp_size)."""
+
+    engine: Literal["sglang", "vllm"] = Field(default="sglang", description="the serving engine: sglang or vllm")
+    model_path: Optional[str] = None
+    kv_cache_dtype: Optional[str] = Field(default=None, description="auto, bfloat16, bf16 (alias), fp8_e4m3")
+    nsa_prefill_backend: Optional[str] = None
+    nsa_decode_backend: Optional[str] = None
+    tp_size: Optional[int] = Field(default=None, ge=1, description="unset: dp_size with DP attention, else 1")
+    dp_size: int = Field(default=1, ge=1)
+    enable_dp_attention: bool = False
+    quantization: Optional[str] = None
+    enable_hisparse: bool = False
+    disable_radix_cache: bool = False
+    page_size: Optional[int] = Field(default=None, ge=1)
+    dense_attn_kv_len_threshold: Optional[int] = Field(default=None, ge=0)
+    speculative_algorithm: Optional[str] = None
+    speculative_eagle_topk: Optional[int] = Field(default=None, ge=1)
+    speculative_num_steps: Optional[int] = Field(default=None, ge=0)
+    speculative_num_draft_tokens: Optional[int] = Field(default=None, ge=1)
+    # Read by the sglang compatibility bundles of later releases (SGLANG-RELEASES.md §4).
+    dcp_size: int = Field(default=1, ge=1, description="decode context parallel size (sglang 0.5.15+); 0.5.22: > 1 -> trtllm")
+    enable_prefill_cp: bool = Field(default=False, description="DSA prefill context parallel (--enable-prefill-cp)")
+    cp_strategy: Optional[Literal["zigzag", "interleave"]] = Field(
+        default=None, description="prefill CP layout; the pre-0.5.14 mode names in-seq-split/round-robin-split "
+                                  "are the same layouts")
+    enable_prefill_context_parallel: bool = Field(
+        default=False, description="the generic prefill CP switch: no DSA effect up to 0.5.13, "
+                                   "--enable-prefill-cp in 0.5.14-0.5.19")
+    enable_dsa_cache_layer_split: bool = Field(
+        default=False, description="split the DSA cache by layer over the prefill-CP ranks (sglang 0.5.16+)")
+    enable_two_batch_overlap: bool = Field(default=False, description="TBO; refused with index-topk sharing (0.5.13+)")
+    disaggregation_mode: str = Field(default="null", description="PD disaggregation: null, prefill or decode")
+    enable_hierarchical_cache: bool = Field(default=False, description="HiCache; refused with dcp_size > 1 (0.5.22+)")
+    # vLLM only (rules/catalog/vllm/args.yaml)
+    attention_backend: Optional[str] = Field(default=None, description="vLLM --attention-backend (enum name); None = auto")
+    prefill_context_parallel_size: int = Field(default=1, ge=1, description="vLLM --prefill-context-parallel-size")
+    sparse_mla_force_mqa: bool = Field(default=False, description="vLLM -ac.sparse_mla_force_mqa: no dense short prefill")
+    indexer_kv_dtype: Optional[str] = Field(default=None, description="vLLM -ac.indexer_kv_dtype: auto, fp8 or mxfp4")
+
+
+THRESHOLD_ENV_VARS = (
+    "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
+    "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
+)
+
+
+# Other variables sglang's DSA start-up reads (the ROCm page size: aiter's preshuffle paged-MQA path,
+# layers/attention/{nsa,dsa}/utils.py aiter_can_use_preshuffle_paged_mqa, sglang 0.5.12+).
+DSA_ENV_VARS = (
+    "SGLANG_USE_AITER",
+    "SGLANG_NSA_HIP_DISABLE_PRESHUFFLE",
+    "SGLANG_DSA_HIP_DISABLE_PRESHUFFLE",
+    "AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS",
+    # kept as given too: a release reads only one of the two names (SGLANG-RELEASES.md §3.3)
+    "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
+    "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
+)
+
+
+class Environment(Frozen):
+    """What the process environment adds: the threshold variables and installed kernel packages."""
+
+    dense_attn_kv_len_threshold: Optional[int] = Field(default=None, ge=0)
+    threshold_env_var: Optional[str] = Field(default=None, description="which variable set the threshold")
+    packages: dict[str, str] = Field(default_factory=dict, description="distribution name → version, never imported")
+    variables: dict[str, str] = Field(default_factory=dict, description="the DSA_ENV_VARS that are set, as given")
+
+    @field_validator("packages", "variables", mode="after")
+    @classmethod
+    def _immutable(cls, value: dict[str, str]) -> dict[str, str]:
+        return FrozenDict(value)
+
+
+class DerivedFacts(Frozen):
+    attn_tp_size: int = Field(description="tp_size / dp_size with DP attention, else tp_size")
+    heads_per_rank: Optional[int] = Field(default=None, description="num_attention_heads / attn_tp_size")
+
+
+class Facts(Frozen):
+    """Everything the evaluator sees."""
+
+    device: DeviceFacts
+    model: ModelFacts
+    config: ServingConfig
+    env: Environment = Environment()
+    derived: DerivedFacts
+    # How the caller spelt the serving arguments, where it said so in sglang's own spelling (resolve's
+    # flags, flag-form keys of a mapping such as a --config file's): each release accepts, deprecates
+    # or refuses spellings (rules/catalog/sglang/args.yaml), and its compatibility bundle says which.
+    spellings: tuple[str, ...] = Field(default=(), description="sglang flags as given (--nsa-prefill-backend); "
+                                                               "empty when given by policy field name")
+
+
+def derive(model: ModelFacts, config: ServingConfig) -> DerivedFacts:
+    tp = effective_tp_size(config)
+    attn_tp = tp // config.dp_size if config.enable_dp_attention else tp
+    attn_tp = max(attn_tp, 1)
+    heads = model.num_attention_heads // attn_tp if model.num_attention_heads else None
+    return DerivedFacts(attn_tp_size=attn_tp, heads_per_rank=heads)
+
+
+def effective_tp_size(config: ServingConfig) -> int:
+    if config.tp_size is not None:
+        return config.tp_size
+    return config.dp_size if config.enable_dp_attention else 1

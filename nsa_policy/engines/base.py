@@ -1,0 +1,170 @@
+"""The interface every serving engine implements: what the engine-neutral core and the commands ask.
+
+One `Engine` instance per engine owns everything about it: its release bundles' naming, reading its
+config objects and spellings, its namespace facts (the fact family named after it, `vllm.valid`,
+`sglang.0.5.23.lists_prefill_backend`), the user values it seeds, and its check, lint, launch and
+matrix views. The defaults here serve a plain engine (a planted third engine overrides little); the
+built-ins override what their engine does differently.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nsa_policy.catalog.store import Catalog
+    from nsa_policy.core.decision import Decision
+    from nsa_policy.core.facts import Facts, ServingConfig
+
+_VERSION = r"(\d+(?:\.\d+)+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?)"
+
+# The user values the evaluator seeds as outputs: (output, config field, the flag that sets it).
+Seed = tuple[str, str, str]
+
+
+class Engine:
+    name: str = ""
+    title: str = ""  # as prose writes it: "sglang", "vLLM"
+    # `default` names the project's recommendation; for this engine that is this bundle.
+    default_bundle: str = "default"
+    # Release bundles are named <name>-<version>. `minor_releases`: a bundle names X.Y and answers X.Y.*.
+    minor_releases: bool = False
+    # Further folders of bundles this engine ships beside rules/policy (an out-of-tree engine's own).
+    policy_roots: tuple[Path, ...] = ()
+    # The user values that are outputs from the start (the evaluator's seeds).
+    seeds: tuple[Seed, ...] = ()
+    # input fields at fault (Finding.fields) → the space dimension that varies them (check's coverage)
+    field_dims: Mapping[str, str] = {}
+    # Outputs this engine's decisions never set, so an accepted decision without them is not undecided.
+    optional_outputs: frozenset[str] = frozenset()
+
+    # ------------------------------------------------------------------ bundles
+    def release_of_bundle_name(self, name: str) -> Optional[str]:
+        """The release a bundle name names (sglang-0.5.23 → 0.5.23), None when it is not this engine's."""
+        m = re.match(rf"^{re.escape(self.name)}-{_VERSION}$", name.strip())
+        return m.group(1) if m else None
+
+    def release_bundle(self, name: str) -> Optional[str]:
+        """The shipped bundle answering for the release `name` names: the newest at or below it."""
+        from nsa_policy.base.errors import InputError
+        from nsa_policy.base.versions import parse_version
+        from nsa_policy.core.bundle import list_bundles
+
+        release = self.release_of_bundle_name(name)
+        if release is None:
+            return None
+        want = parse_version(release, field="policy")
+        shipped = []
+        for b in list_bundles():
+            r = self.release_of_bundle_name(b)
+            if r is not None:
+                shipped.append((parse_version(r), b))
+        below = [(v, b) for v, b in shipped
+                 if v <= want or (self.minor_releases and v.release[:2] == want.release[:2])]
+        if not below:
+            if self.minor_releases:
+                return None
+            oldest = min(shipped)[1] if shipped else None
+            raise InputError("policy", name, list_bundles(),
+                             hint=f"no compatibility bundle reproduces {self.title} {want} or older"
+                                  + (f"; the oldest release bundle is {oldest}" if oldest else ""))
+        return max(below)[1]
+
+    def bundle_for(self, policy: str) -> str:
+        return self.default_bundle if policy == "default" else policy
+
+    # ------------------------------------------------------------------ inputs
+    def config_from(self, obj: Any) -> ServingConfig:
+        """A ServingConfig from what a caller passes: field names, with this engine's name."""
+        from nsa_policy.core.facts import ServingConfig
+        from nsa_policy.inputs import validate_config
+
+        if obj is None:
+            return ServingConfig(engine=self.name)
+        if isinstance(obj, ServingConfig):
+            return obj if obj.engine == self.name else obj.model_copy(update={"engine": self.name})
+        values = dict(obj) if isinstance(obj, Mapping) else {
+            n: getattr(obj, n) for n in ServingConfig.model_fields if getattr(obj, n, None) is not None}
+        values["engine"] = self.name
+        return validate_config(values)
+
+    def spellings_from(self, obj: Any) -> tuple[str, ...]:
+        """The engine's flags a mapping spells (its flag-form keys), in order."""
+        return ()
+
+    # ------------------------------------------------------------------ the namespace
+    def config_facts(self, config: ServingConfig) -> dict[str, Any]:
+        """config.* facts read in this engine's own names (the KV dtype as the engine spells it)."""
+        raw = config.kv_cache_dtype
+        return {"config.kv_cache_dtype": raw if raw is not None else "auto"}
+
+    def fact_paths(self) -> tuple[str, ...]:
+        """The facts of this engine's family (`<name>.<what>`), for `schema` and rule validation."""
+        return ()
+
+    def known_fact(self, what: str) -> bool:
+        """Whether `<name>.<what>` is one of this engine's facts (a pattern may cover many)."""
+        return what in {p.partition(".")[2] for p in self.fact_paths()}
+
+    def fact(self, ns: Any, what: str) -> Any:
+        """The value of `<name>.<what>`, computed on access; KeyError when it is not a fact."""
+        raise KeyError(f"{self.name}.{what}")
+
+    def fact_inputs(self, what: str) -> Optional[frozenset[str]]:
+        """The inputs `<name>.<what>` depends on (None: everything)."""
+        return None
+
+    def fact_outputs(self, what: str) -> tuple[str, ...]:
+        """The outputs `<name>.<what>` is computed from."""
+        return ()
+
+    # ------------------------------------------------------------------ check
+    def space(self, bundles: Sequence[Any], catalog: Optional[Catalog] = None) -> Any:
+        """The input space `check` and `diff` walk for this engine's bundles."""
+        from nsa_policy.verify.space import standard_space
+
+        return standard_space(bundles, catalog)
+
+    def invariants(self, decision: Decision, facts: Facts, catalog: Catalog) -> list[str]:
+        """What must hold of a non-compatibility decision (check's invariant class)."""
+        return []
+
+    def value_domains(self, catalog: Catalog, domains: dict[str, tuple[list[str], str]]) -> None:
+        """Narrow or extend, in place, the literal values this engine's rules may name."""
+
+    # ------------------------------------------------------------------ launch and lint
+    def launch_start(self, words: Sequence[str]) -> Optional[int]:
+        """Where this engine's server command starts among a command's words (None: not this engine)."""
+        return None
+
+    def parse_cli(self, tokens: Sequence[Any]) -> Any:
+        """A launch's arguments from its tokens ((text, location, unresolved) triples)."""
+        from nsa_policy.lint.cliargs import parse_cli
+
+        return parse_cli(list(tokens))
+
+    def lint_launch(self, checker: Any, launch: Any) -> list[Any]:
+        """Lint's findings for one launch of this engine."""
+        return []
+
+    def image_pins(self) -> tuple[tuple[str, str], ...]:
+        """(image regex, pin regex) that name this engine's release in deployment files."""
+        return ()
+
+    def is_launch_command(self, argv: Sequence[str]) -> bool:
+        return self.launch_start(list(argv)) is not None
+
+    def plan_launch(self, argv: list[str], **kwargs: Any) -> Any:
+        from nsa_policy.base.errors import InputError
+
+        raise InputError("command", " ".join(argv[:2]), hint=f"nsa-policy launch does not wrap {self.title} commands")
+
+    def matrix(self, policy: str) -> tuple[Any, str]:
+        """(the matrix data, its markdown) under `policy`."""
+        from nsa_policy.base.errors import InputError
+
+        raise InputError("--engine", self.name, hint=f"no matrix view for {self.title}")
+
+    def __repr__(self) -> str:
+        return f"<Engine {self.name}>"

@@ -1,0 +1,302 @@
+"""lint for `vllm serve …` launches: vLLM's flags read through vLLM's argument registry
+(rules/catalog/vllm/args.yaml), the launch resolved with the vLLM bundles (vllm-default for `default`,
+vllm-0.33 when asked), each finding placed at the flag it is about; removed environment variables
+(VLLM_ATTENTION_BACKEND) reported where they are set."""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+
+from nsa_policy.api import build_facts, decide
+from nsa_policy.base.errors import InputError
+from nsa_policy.engines.vllm.catalog import load_vllm
+from nsa_policy.lint.report import Arg, Diagnostic, Launch, Location
+
+if TYPE_CHECKING:
+    from nsa_policy.lint.launch_checks import Checker
+
+Token = tuple[str, Location, Optional[str]]  # text, where, unresolved variable
+# vLLM's attention config: `-ac '{json}'`, `-ac.KEY VALUE`, `--attention-config.KEY=VALUE` (config/attention.py)
+_AC_PREFIXES = ("-ac.", "--attention-config.")
+_AC_WHOLE = ("-ac", "--attention-config")
+_BOOL_ARGS = ("sparse_mla_force_mqa",)
+_INT_ARGS = ("block_size", "tensor_parallel_size", "decode_context_parallel_size", "prefill_context_parallel_size")
+
+
+def parse_vllm_cli(tokens: Iterable[Token]) -> list[Arg]:
+    """The words after `vllm serve` as arguments. A first positional word is the model (spelt `--model`
+    in the result); `-ac.KEY` keys keep their spelling. Flags outside the registry keep a value when the
+    next word is not a flag."""
+    table = load_vllm().flag_table()
+    toks = list(tokens)
+    args: list[Arg] = []
+    i = 0
+    if toks and not toks[0][0].startswith("-"):
+        args.append(Arg("--model", toks[0][0], toks[0][1], "flag", toks[0][2]))
+        i = 1
+    while i < len(toks):
+        text, loc, unresolved = toks[i]
+        i += 1
+        if not text.startswith("-") or text in ("-", "--"):
+            continue
+        if "=" in text and text.startswith("--"):
+            flag, _, value = text.partition("=")
+            args.append(Arg(flag, value, loc, "flag", unresolved))
+            continue
+        nxt = toks[i] if i < len(toks) else None
+        takes = text in table or text in _AC_WHOLE or text.startswith(_AC_PREFIXES)
+        if nxt is not None and (takes or not nxt[0].startswith("-")):
+            args.append(Arg(text, nxt[0], loc, "flag", nxt[2]))
+            i += 1
+        else:
+            args.append(Arg(text, True, loc, "flag"))
+    return args
+
+
+# ---------------------------------------------------------------- `vllm serve --config file.yaml`
+
+CONFIG_FLAG = "--config"
+
+
+def node_value(node: Any) -> Any:
+    """A YAML node as plain Python (scalars, lists, mappings)."""
+    if node.kind == "scalar":
+        return node.value
+    if node.kind == "seq":
+        return [node_value(i) for i in node.items]
+    return {k.value: node_value(v) for k, v in node.pairs}
+
+
+def config_mapping_args(node: Any, path: str) -> list[Arg]:
+    """A `vllm serve --config` mapping's keys as the flags vLLM turns them into: `--KEY VALUE` (keys are the
+    long flag names without `--`; vLLM's parser also takes underscores), `True` a bare flag, each placed at
+    its key. An `attention-config` mapping stays one `--attention-config` argument."""
+    out = []
+    for k, v in node.pairs:
+        if not isinstance(k.value, str):
+            continue
+        key = k.value.replace("_", "-")
+        value = node_value(v)
+        if value is False or value is None:
+            continue  # vLLM adds no flag for them
+        out.append(Arg(f"--{key}", True if value is True else value, Location(path, k.line, k.col), "key"))
+    return out
+
+
+def read_config_file(arg: Arg, base_dir: str) -> list[Arg]:
+    """The arguments of the YAML file a `--config` names (relative to `base_dir`). Raises InputError
+    (one line: the flag, the path, why) when it cannot be read or is not one mapping."""
+    import os
+
+    from nsa_policy.base.errors import InputError
+    from nsa_policy.base.safe_io import read_text
+    from nsa_policy.lint.text import LineIndex
+    from nsa_policy.lint.tree import ParseError, yaml_documents
+
+    if not isinstance(arg.value, str) or arg.value is True:
+        raise InputError(CONFIG_FLAG, arg.value, hint="takes the path of a YAML file")
+    full = arg.value if os.path.isabs(arg.value) else os.path.join(base_dir, arg.value)
+    try:
+        text = read_text(full, field=CONFIG_FLAG)
+    except OSError as exc:
+        raise InputError(CONFIG_FLAG, arg.value, hint=f"cannot read it: {exc.strerror or exc}") from None
+    try:
+        docs = yaml_documents(text, LineIndex(text))
+    except ParseError as exc:
+        raise InputError(CONFIG_FLAG, arg.value, hint=f"not YAML: {exc}") from None
+    if len(docs) != 1 or docs[0].kind != "map":
+        raise InputError(CONFIG_FLAG, arg.value, hint="vLLM reads one YAML mapping of flag names to values")
+    return config_mapping_args(docs[0], arg.value)
+
+
+def with_config_files(launch_args: list[Arg], base_dir: str,
+                      bad: Optional[Callable[[str, Arg], None]] = None) -> list[Arg]:
+    """The launch's arguments with each `--config FILE` replaced by the file's arguments, placed first:
+    vLLM's command-line arguments win over the file's. A file that cannot be read is told to `bad`
+    (lint), or raises InputError when there is none (launch)."""
+    files: list[Arg] = []
+    rest: list[Arg] = []
+    for arg in launch_args:
+        if arg.spelling != CONFIG_FLAG or arg.unresolved is not None:
+            rest.append(arg)
+            continue
+        try:
+            files += read_config_file(arg, base_dir)
+        except InputError as exc:
+            if bad is None:
+                raise
+            bad(str(exc), arg)
+    return files + rest
+
+
+# ---------------------------------------------------------------- the vLLM release a launch targets
+
+def vllm_release(value: str, field: str) -> str:
+    """A vLLM release nsa-policy's argument registry covers (its first sampled release up to the newest's
+    patch releases), as written; InputError naming the field, the value and what is valid otherwise."""
+    from nsa_policy.base.versions import parse_version
+
+    vc = load_vllm()
+    releases = vc.args_doc.releases
+    try:
+        v = parse_version(value, field=field)
+    except InputError:
+        raise InputError(field, value, hint=f"not a release number; valid: vLLM {releases[0]} … "
+                                            f"{_series(vc.newest_release)}") from None
+    newest = parse_version(vc.newest_release)
+    if v < parse_version(releases[0]) or (v.major, v.minor) > (newest.major, newest.minor):
+        raise InputError(field, value, hint=f"not a vLLM release nsa-policy knows; valid: vLLM {releases[0]} … "
+                                            f"{_series(vc.newest_release)}")
+    return value.lstrip("v")
+
+
+def _series(release: str) -> str:
+    major, minor = release.split(".")[:2]
+    return f"{major}.{minor}.x"
+
+
+def installed_vllm() -> Optional[str]:
+    """The vLLM release installed in this environment (importlib.metadata; vLLM is not imported)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def vllm_config(launch_args: Iterable[Arg], bad: Callable[[str, Arg], None]
+                ) -> tuple[dict[str, Any], dict[str, Arg], Optional[Arg]]:
+    """(vLLM config by EngineArgs name, the arg behind each ServingConfig field, the model argument).
+    `bad(message, arg)` is told of a value that cannot be read (lint: NSA406; launch: an error)."""
+    vc = load_vllm()
+    table = vc.flag_table()
+    ac_keys = {a.attention_config_key: a for a in vc.args_doc.arguments if a.attention_config_key}
+    config: dict[str, Any] = {}
+    attention: dict[str, Any] = {}
+    by_field: dict[str, Arg] = {}
+    model: Optional[Arg] = None
+    for arg in launch_args:
+        if arg.unresolved is not None:
+            continue  # depends on a variable the file does not set: not evaluated
+        entries: list[tuple[str, Any]] = []  # (argument name, value)
+        if arg.spelling in table:
+            entries.append((table[arg.spelling], arg.value))
+        elif arg.spelling.startswith(_AC_PREFIXES):
+            key = arg.spelling.split(".", 1)[1].replace("-", "_")
+            if key in ac_keys:
+                entries.append((ac_keys[key].name, arg.value))
+        elif arg.spelling in _AC_WHOLE and isinstance(arg.value, (str, dict)):
+            try:
+                doc = json.loads(arg.value) if isinstance(arg.value, str) else arg.value  # a --config mapping
+            except ValueError:
+                bad(f"{arg.spelling} {arg.value!r} is not a JSON object", arg)
+                continue
+            if isinstance(doc, dict):
+                entries += [(ac_keys[k].name, v) for k, v in doc.items() if k in ac_keys]
+        for name, value in entries:
+            spec = vc.argument(name)
+            if name == "model":
+                model = arg
+                continue
+            if name in _INT_ARGS:
+                try:
+                    value = int(value)
+                except (TypeError, ValueError):
+                    bad(f"{arg.spelling} {value!r} is not an integer", arg)
+                    continue
+            if name in _BOOL_ARGS and isinstance(value, str):  # -ac.KEY true (vLLM parses JSON-ish values)
+                low = value.lower()
+                if low not in ("true", "false", "1", "0"):
+                    bad(f"{arg.spelling} {value!r} is not true/false", arg)
+                    continue
+                value = low in ("true", "1")
+            if spec.attention_config_key and arg.spelling not in table:
+                attention[spec.attention_config_key] = value
+            else:
+                config[name] = value
+            by_field[spec.field] = arg
+    if "backend" in attention and "attention_backend" not in config:
+        config["attention_backend"] = attention.pop("backend")
+    attention.pop("backend", None)
+    if attention:
+        config["attention_config"] = attention
+    return config, by_field, model
+
+
+def _target_release(checker: Checker, launch: Launch, out: list[Diagnostic]) -> tuple[str, str]:
+    """(the vLLM release the launch targets, how lint knows it): a `nsa-policy: vllm=X` comment, else what
+    the file installs (a vllm/vllm-openai image tag, a vllm== pin), else the newest release nsa-policy knows."""
+    hints = sorted((h for h in launch.hints if h.key == "vllm"), key=lambda h: h.source.startswith(("image tag ", "pin ")))
+    for h in hints:
+        try:
+            release = vllm_release(h.value, "vllm")
+        except InputError as exc:
+            out.append(checker.diag("NSA407", f"{h.source}: {exc}", h.loc))
+            continue
+        source = h.source if h.source != "comment" else f"hint comment 'nsa-policy: vllm={h.value}'"
+        return release, f"vLLM {release} from {source} at line {h.loc.line}"
+    newest = load_vllm().newest_release
+    return newest, f"vLLM {newest}, the newest release nsa-policy knows (the file names none)"
+
+
+def _policy(checker: Checker, launch: Launch, out: list[Diagnostic]) -> str:
+    """A vLLM bundle named by --policy or a hint; anything else means `default` (vllm-default)."""
+    policy = checker._policy(launch, out)
+    return policy if policy.startswith("vllm-") else "default"
+
+
+def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
+    import os
+
+    from nsa_policy.lint.launch_checks import rule_needs
+
+    vc = load_vllm()
+    out: list[Diagnostic] = []
+    release, why = _target_release(checker, launch, out)
+    for name, ev in launch.env.items():
+        var = vc.env_var(name)
+        if var is not None and var.last is not None and not vc.env_read(name, release):
+            instead = f"; use {var.replaced_by} {ev.value}" if var.replaced_by else ""
+            out.append(checker.diag(
+                "NSA252", f"{name}={ev.value} is ignored: vLLM reads it up to {var.last} only "
+                          f"({', '.join(var.evidence)}){instead} [{why}]", ev.loc,
+                fix=f"Remove {name}{f' and pass {var.replaced_by}' if var.replaced_by else ''}."))
+
+    def bad(msg: str, arg: Arg) -> None:
+        out.append(checker.diag("NSA406", msg, arg.loc))
+
+    launch_args = with_config_files(launch.args, os.path.dirname(os.path.abspath(launch.path)), bad)
+    config, by_field, model_arg = vllm_config(launch_args, bad)
+    policy = _policy(checker, launch, out)
+    bundle = "vllm-default" if policy == "default" else policy
+    model = None
+    if model_arg is not None and isinstance(model_arg.value, str):
+        model = checker.resolve_model(model_arg.value)
+        if model is None:
+            return out  # not a DSA model nsa-policy knows (or a local path it cannot read): nothing to decide
+    devices = checker._devices(launch, out)
+    if not devices:
+        out.append(checker.no_device(bundle, launch.loc, "vLLM launch"))
+    cat = checker.catalog
+    placeholder = next(c for c in cat.device_classes if cat.runs_dsa(c))
+    runs = devices or [(cat.device(placeholder), None)]
+    mdl = model or cat.model(cat.model_ids[0])
+    needs = rule_needs(bundle)
+    for dev, hint in runs:
+        try:
+            facts = build_facts(config, device=dev, model=mdl, env={}, engine="vllm")
+        except InputError as exc:
+            out.append(checker.diag("NSA406", f"the vLLM launch's arguments cannot be evaluated: {exc}", launch.loc))
+            return out
+        decision = decide(facts, policy, trace=False)
+        for f in decision.findings:
+            need = needs.get(f.rule or "")
+            if need is not None and ((not devices and need.device) or (model is None and need.model)):
+                continue
+            msg = f.message
+            if hint is not None and len(runs) > 1:
+                msg += f" [device {dev.name} from {hint.source} at line {hint.loc.line}]"
+            loc = next((by_field[fl].loc for fl in f.fields if fl in by_field), launch.loc)
+            out.append(checker.diag(f.code, msg, loc, alternatives=f.alternatives, rule=f.rule))
+    return out
