@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Optional
 
 from nsa_policy.base.errors import InputError, RuleFileError
@@ -42,7 +42,7 @@ def names() -> tuple[str, ...]:
     return tuple(_targets())
 
 
-@lru_cache(maxsize=None)
+@cache
 def get(name: str, field: str = "engine") -> Engine:
     """The registered engine `name`; an InputError naming the registered ones otherwise."""
     target = _targets().get(name) if isinstance(name, str) else None

@@ -135,7 +135,7 @@ def test_core_names_no_engine_and_imports_no_engine_package():
     """The core is engine-neutral: no engine package imported, no engine's name in its code."""
     names = _engine_names()
     assert {"sglang", "vllm"} <= set(names)
-    pattern = re.compile(r"""["'](?:%s)\b""" % "|".join(map(re.escape, names)))
+    pattern = re.compile(r"""["'](?:""" + "|".join(map(re.escape, names)) + r""")\b""")
     for m, path in MODULES.items():
         if not m.startswith("nsa_policy.core"):
             continue

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from nsa_policy.core.bundle import CompiledBundle, get_bundle, list_bundles, release_bundle, release_owners
 from nsa_policy.core.decision import field_title
-from nsa_policy.verify.diff import ChangeClass, DiffReport, fmt_value, region_text, diff_runs, region_of
+from nsa_policy.verify.diff import ChangeClass, DiffReport, diff_runs, fmt_value, region_of, region_text
 from nsa_policy.verify.run import RECORD_FIELDS, run_space
 from nsa_policy.verify.space import Space, standard_space
 
