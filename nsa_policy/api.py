@@ -39,15 +39,17 @@ def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Deci
 
 def engine_for(policy: str, engine: Optional[str] = None, config: Any = None) -> str:
     """The engine of a call: given, else the config's own (a ServingConfig or mapping with `engine`),
-    else the policy's (vllm-0.33 describes vLLM), else sglang."""
+    else the policy's (vllm-0.33 describes vLLM), else the registry's default engine."""
+    from nsa_policy import engines
+
     own = config.engine if isinstance(config, ServingConfig) else (
         config.get("engine") if isinstance(config, Mapping) else None)
-    if engine is not None or own is not None:
-        from nsa_policy.engines.vllm.catalog import engine_of  # lazy: a plain sglang resolve never loads the vLLM catalog
-
-        return engine_of(engine) if engine is not None else engine_of(own, "config.engine")
+    if engine is not None:
+        return engines.get(engine).name
+    if own is not None:
+        return engines.get(own, "config.engine").name
     if policy == "default":
-        return "sglang"
+        return engines.DEFAULT
     return get_bundle(policy).engine
 
 

@@ -18,7 +18,7 @@ from nsa_policy.base.errors import InputError, RuleFileError
 from nsa_policy.base.paths import catalog_dir
 from nsa_policy.base.schema_load import load_doc
 from nsa_policy.base.yaml_lines import line_of
-from nsa_policy.core.facts import DeviceFacts, ModelFacts
+from nsa_policy.core.facts import SCHEMA_NAMES, DeviceFacts, ModelFacts
 
 KV_DTYPES = ("bfloat16", "fp8_e4m3")
 PHASES = ("prefill", "decode")
@@ -443,3 +443,8 @@ class Catalog:
 @lru_cache(maxsize=4)
 def load_catalog(root: Optional[Path] = None) -> Catalog:
     return Catalog(root or catalog_dir())
+
+
+# The facts' JSON schemas list the shipped catalog's names (core.facts.SCHEMA_NAMES).
+SCHEMA_NAMES.update({"device_class": lambda: list(load_catalog().device_classes),
+                     "family": lambda: list(load_catalog().family_names)})

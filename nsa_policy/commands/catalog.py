@@ -94,15 +94,17 @@ def backends(as_json: bool = typer.Option(False, "--json")) -> None:
 
 def policies(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the shipped policy bundles."""
+    from nsa_policy import engines
     from nsa_policy.core.bundle import concrete_bundles, get_bundle, release_owners
 
     try:
-        # Which sglang releases each release bundle answers for (the newest bundle at or below each release).
+        # Which releases each release bundle answers for (the newest bundle at or below each release).
         answers = release_owners()
         rows: list[dict[str, Any]] = []
         for name in concrete_bundles():
             b = get_bundle(name)
-            rows.append({"name": b.name, "digest": b.digest, "compat": b.compat, "extends": list(b.chain[:-1]),
+            rows.append({"name": b.name, "engine": b.engine, "digest": b.digest, "compat": b.compat,
+                         "extends": list(b.chain[:-1]),
                          "rules": len(b.rules), "releases": answers.get(b.name, []), "description": b.description})
     except NsaPolicyError as exc:
         raise fail_usage(exc, as_json) from None
@@ -113,4 +115,4 @@ def policies(as_json: bool = typer.Option(False, "--json")) -> None:
         kind = "compat" if r["compat"] else "policy"
         print(f"{r['name']:<18} {kind:<6} {r['rules']:>3} rules  {r['digest']}  {r['description']}")
         if r["releases"]:
-            print(f"{'':<18} answers for sglang {', '.join(r['releases'])}")
+            print(f"{'':<18} answers for {engines.get(r['engine']).title} {', '.join(r['releases'])}")

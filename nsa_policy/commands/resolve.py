@@ -151,8 +151,11 @@ def resolve(
         eng = engine_for(policy, engine)
     except (InputError, NsaPolicyError) as exc:
         raise fail_usage(exc, as_json) from None
-    if eng == "vllm":
-        _resolve_vllm(given, model, device, policy, attention_backend, block_size, as_json, explain)
+    from nsa_policy import engines
+
+    # an engine with its own view of `resolve` (vLLM: its names, its release beside the recommendation) prints it
+    engines.get(eng).resolve_cli(given, model=model, device=device, policy=policy, as_json=as_json, explain=explain,
+                                 extra={"attention_backend": attention_backend, "block_size": block_size})
     # keyed by the flag as given, so the facts know the spelling: a release bundle judges it (refused,
     # deprecated) as that release's parser would
     config: dict[str, Any] = {used[name]: value for name, value in given.items()}
@@ -186,38 +189,6 @@ def resolve(
         except NsaPolicyError as exc:
             raise fail_after_output(exc) from None
     raise typer.Exit(EXIT_REJECTED if decision.errors else EXIT_OK)
-
-
-def _resolve_vllm(given: dict[str, Any], model: Optional[str], device: str, policy: str,
-                  attention_backend: Optional[str], block_size: Optional[int], as_json: bool, explain: bool) -> None:
-    """resolve --engine vllm: vLLM's names (rules/catalog/vllm/args.yaml); `default` shows vLLM 0.33's own
-    decision and the project's recommendation (vllm-default), one after the other."""
-    from nsa_policy.api import build_facts, decide
-    from nsa_policy.commands._render import render_explain, render_table
-
-    names = {"kv_cache_dtype": "kv_cache_dtype", "tp_size": "tensor_parallel_size", "page_size": "block_size",
-             "dcp_size": "decode_context_parallel_size"}
-    config: dict[str, Any] = {names[k]: v for k, v in given.items() if k in names}
-    if attention_backend is not None:
-        config["attention_backend"] = attention_backend
-    if block_size is not None:
-        config["block_size"] = block_size
-    policies = ["vllm-0.33", "default"] if policy == "default" else [policy]
-    decisions = []
-    try:
-        facts = build_facts(config, device=device, model=model, env=os.environ, engine="vllm")
-        decisions = [decide(facts, p) for p in policies]
-    except (NsaPolicyError, DeviceDiscoveryError) as exc:
-        raise fail_usage(exc, as_json) from None
-    if as_json:
-        print(json.dumps(decisions[-1].model_dump(mode="json")))
-    else:
-        for title, d in zip(("what vLLM 0.33 does", "what nsa-policy recommends") if len(decisions) == 2 else ("",),
-                            decisions):
-            if title:
-                print(f"# {title}")
-            print(render_explain(d) if explain else render_table(d))
-    raise typer.Exit(EXIT_REJECTED if decisions[-1].errors else EXIT_OK)
 
 
 def _resolve_mixed_node(config: dict[str, Any], device: str, model_args: tuple[Any, ...],

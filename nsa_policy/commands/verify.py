@@ -46,13 +46,11 @@ def check(
     from nsa_policy.base.errors import NsaPolicyError
     from nsa_policy.verify.coverage import load_case_files
     from nsa_policy.verify.exhaustive import (
-        CHECKED_ENGINES,
         check_bundle,
         checked_bundles,
         render_json,
         render_markdown,
         render_text,
-        unchecked_bundles,
     )
 
     fmt = "json" if as_json else fmt
@@ -61,9 +59,6 @@ def check(
     try:
         loaded = load_case_files(list(cases)) if cases else None
         names = list(policy or checked_bundles())
-        if not policy and unchecked_bundles():  # said, not silent: these shipped bundles are not checked here
-            print(f"nsa-policy: note: not checking {', '.join(unchecked_bundles())}: check has invariants for "
-                  f"{', '.join(CHECKED_ENGINES)} only", file=sys.stderr)
         # a progress line per bundle on a terminal's stderr; never under --json or when piped
         reports = [check_bundle(p, workers=workers, cases=loaded, quiet=fmt == "json",
                                 label=f"check {p} ({i}/{len(names)})" if len(names) > 1 else None)
@@ -144,15 +139,15 @@ def diff(
 
 def _for_engine(a: str, b: str, engine: Optional[str]) -> tuple[str, str]:
     """`default` as the engine's recommendation bundle: the one --engine names, else the other side's engine."""
-    from nsa_policy.base.errors import InputError
+    from nsa_policy import engines
     from nsa_policy.core.bundle import bundle_for_engine
     from nsa_policy.verify.exhaustive import load_for_check
 
-    if engine is not None and engine not in ("sglang", "vllm"):
-        raise InputError("--engine", engine, ["sglang", "vllm"])
+    if engine is not None:
+        engines.get(engine, "--engine")
     if engine is None:
         others = [x for x in (a, b) if x != "default"]
-        engine = load_for_check(others[0]).engine if len(others) == 1 else "sglang"
+        engine = load_for_check(others[0]).engine if len(others) == 1 else engines.DEFAULT
     return bundle_for_engine(a, engine), bundle_for_engine(b, engine)
 
 
@@ -163,20 +158,23 @@ def matrix(
     fmt: str = typer.Option("markdown", "--format", help="markdown or json (printed when no --out-dir)."),
     image: Optional[str] = typer.Option(None, "--image", help="Embed this image path in the printed markdown "
                                                               "(e.g. docs/matrix.png for the README)."),
-    engine: str = typer.Option("sglang", "--engine", help="sglang, or vllm: vLLM's backends × device × KV dtype, "
-                                                          "what vLLM picks and what the vLLM policy recommends."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="A registered engine (default sglang); vllm: vLLM's "
+                                         "backends × device × KV dtype, what vLLM picks and what the vLLM policy "
+                                         "recommends."),
 ) -> None:
     """The support matrix (backend × device × KV dtype × phase) as markdown, or PNG+SVG+markdown files."""
     import json
 
+    from nsa_policy import engines
     from nsa_policy.base.errors import InputError, NsaPolicyError
     from nsa_policy.verify.matrix import matrix_data, render_markdown, write_all
 
     _format(fmt, ("markdown", "json"), fmt == "json")
-    if engine not in ("sglang", "vllm"):
-        raise fail_usage(InputError("--engine", engine, ["sglang", "vllm"]), fmt == "json")
-    if engine == "vllm":
-        _matrix_vllm(out_dir, policy, fmt, image)
+    try:
+        chosen = engines.get(engine or engines.DEFAULT, "--engine")
+    except InputError as exc:
+        raise fail_usage(exc, fmt == "json") from None
+    if chosen.matrix_cli(out_dir, policy, fmt, image):  # an engine with its own view of the matrix
         return
     try:
         if out_dir is not None:
@@ -193,30 +191,3 @@ def matrix(
     except NsaPolicyError as exc:
         raise fail_usage(exc, fmt == "json") from None
     print(json.dumps(data) if fmt == "json" else render_markdown(data, image=image), end="" if fmt != "json" else "\n")
-
-
-def _matrix_vllm(out_dir: Optional[Path], policy: str, fmt: str, image: Optional[str]) -> None:
-    import json
-
-    from nsa_policy.base.errors import InputError, NsaPolicyError
-    from nsa_policy.core.bundle import bundle_for_engine, get_bundle
-    from nsa_policy.engines.vllm.matrix import render_vllm_markdown, vllm_matrix_data
-
-    as_json = fmt == "json"
-    try:
-        if image is not None:
-            raise InputError("--image", image, hint="the vLLM view is markdown only; drop --image")
-        name = bundle_for_engine(policy, "vllm")
-        if get_bundle(name).engine != "vllm":
-            raise InputError("--policy", policy, valid=["default", "vllm-default", "vllm-0.33"],
-                             hint="--engine vllm marks a vLLM bundle's picks")
-        if out_dir is not None:
-            check_output_path(out_dir, field="--out-dir", want_dir=True)
-            path = out_dir / "matrix-vllm.md"
-            write_atomic(path, render_vllm_markdown(vllm_matrix_data(name)), field="--out-dir")
-            print(f"wrote {path}")
-            raise typer.Exit(EXIT_OK)
-        data = vllm_matrix_data(name)
-    except NsaPolicyError as exc:
-        raise fail_usage(exc, as_json) from None
-    print(json.dumps(data) if as_json else render_vllm_markdown(data), end="\n" if as_json else "")

@@ -7,10 +7,10 @@ all read it from here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Optional
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
-from nsa_policy.engines.vllm.reads import SELECTOR_READS
 
 # Fact paths an alternatives list reads beyond the ones spelt out: "pkg.*" = any installed package.
 ANY_PACKAGE = "pkg.*"
@@ -37,17 +37,17 @@ class Alternatives:
 
     def values(self, ns: Any, catalog: Catalog) -> tuple[str, ...]:
         """The alternatives for the facts and outputs in `ns` (as the evaluator sees them)."""
-        return KINDS[self.kind].compute(self.arg, ns, catalog)
+        return kinds()[self.kind].compute(self.arg, ns, catalog)
 
 
 def compile_alternatives(spec: Any) -> tuple[Optional[Alternatives], Optional[str]]:
     """(compiled, None), or (None, the problem) for a malformed `emit.alternatives`."""
     if spec is None:
         return None, None
-    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in KINDS:
-        return None, f"emit.alternatives takes one of {tuple(KINDS)}"
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in kinds():
+        return None, f"emit.alternatives takes one of {tuple(kinds())}"
     kind, arg = next(iter(spec.items()))
-    k = KINDS[kind]
+    k = kinds()[kind]
     if not k.check(arg):
         return None, f"emit.alternatives.{kind} takes {k.argument}, got {arg!r}"
     return Alternatives(kind, arg, k.reads(arg)), None
@@ -102,49 +102,6 @@ def _parallel(what: str, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     return tuple(f"{flag} {a}" for a in range(1, heads + 1) if heads % a == 0)
 
 
-def _vllm_backends(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
-    """vLLM backend names: every sparse one (all), or those that validate here (valid), other than the chosen."""
-    from nsa_policy.engines.vllm.catalog import load_vllm, selector_facts
-
-    v = load_vllm()
-    if arg == "all":
-        return tuple(v.backend_names)
-    if ns["out.requested_kv_cache_dtype"] is None:
-        return ()
-    sel, current = selector_facts(ns, catalog), ns["out.attention_backend"]
-    return tuple(b for b, spec in v.backends.items()
-                 if spec.sparse and b != current and not v.reasons(b, sel)
-                 and v.fails_here(b, ns["device.vendor"], sel) is None)
-
-
-def _vllm_choices(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
-    from nsa_policy.engines.vllm.catalog import load_vllm
-
-    return tuple(load_vllm().argument(str(arg)).choices or ())
-
-
-def _vllm_kv_or_devices(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
-    """The KV dtypes some sparse backend validates here (as the selector would see them); when none, say so."""
-    from nsa_policy.engines.vllm.catalog import load_vllm, selector_facts
-
-    v = load_vllm()
-    sel = selector_facts(ns, catalog)
-    found = []
-    for kv in v.argument("kv_cache_dtype").choices or ():
-        trial = {**sel, "sel.kv_cache_dtype": kv}
-        if kv != sel["sel.kv_cache_dtype"] and any(spec.sparse and not v.reasons(b, trial)
-                                                   and v.fails_here(b, ns["device.vendor"], trial) is None
-                                                   for b, spec in v.backends.items()):
-            found.append(f"kv_cache_dtype {kv}")
-    return tuple(found) or ("a device with a vLLM sparse backend (sm90, sm100, sm103, sm120, sm121, ROCm)",)
-
-
-# vLLM's validation reads the selector facts (catalog/vllm.py SELECTOR_READS); a backend that fails after
-# selection is passed over (by the device's vendor, or the selector facts), and the chosen backend is not its own alternative.
-_VLLM_KV_READS = (*SELECTOR_READS, "device.vendor")
-_VLLM_BACKENDS_READS = (*_VLLM_KV_READS, "out.attention_backend")
-
-
 def _backend_reads(phase: str) -> tuple[str, ...]:
     return ("device.class", "out.kv_cache_dtype", "model.index_topk", f"out.{phase}_backend", ANY_PACKAGE)
 
@@ -157,7 +114,8 @@ def _is_phase(arg: Any) -> bool:
     return arg in _PHASES
 
 
-KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
+# The engine-neutral kinds; each engine adds its own (Engine.alternatives_kinds).
+NEUTRAL_KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
     AlternativesKind("values", "the listed values, as written", "a list of values",
                      lambda a: isinstance(a, list), lambda a: (), _values),
     AlternativesKind("backends", "the backends of this phase that run here (device, KV dtype, model, packages), "
@@ -171,16 +129,6 @@ KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
                      _backend_reads, _backends_or_kv_dtypes),
     AlternativesKind("catalog_backends", "every backend name of the catalog", "true",
                      lambda a: a is True, lambda a: (), lambda a, ns, catalog: tuple(catalog.backend_names)),
-    AlternativesKind("sglang_choices", "the backends an sglang release lists as --nsa/--dsa-*-backend choices",
-                     "an sglang release, e.g. \"0.5.10\"", lambda a: isinstance(a, str),
-                     lambda a: (), lambda a, ns, catalog: tuple(catalog.sglang_choices(str(a)))),
-    AlternativesKind("vllm_backends", "vLLM sparse attention backends: every name (all) or those that validate "
-                     "here (valid)", "all or valid", lambda a: a in ("all", "valid"),
-                     lambda a: _VLLM_BACKENDS_READS, _vllm_backends),
-    AlternativesKind("vllm_choices", "the values a vLLM argument accepts (rules/catalog/vllm/args.yaml)",
-                     "a vLLM argument name", lambda a: isinstance(a, str), lambda a: (), _vllm_choices),
-    AlternativesKind("vllm_kv_or_devices", "the KV dtypes some vLLM sparse backend validates here", "true",
-                     lambda a: a is True, lambda a: _VLLM_KV_READS, _vllm_kv_or_devices),
     AlternativesKind("threshold_variables", "the values the two dense-attention threshold variables carry "
                      "(set one of them)", "true", lambda a: a is True,
                      lambda a: ("env.dense_attn_kv_len_threshold", "env.dsa_threshold"),
@@ -191,4 +139,18 @@ KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
                      lambda a: a in ("dp_size", "attention_tp"), lambda a: _PARALLEL_READS, _parallel),
 )}
 
-__all__ = ["ANY_PACKAGE", "Alternatives", "AlternativesKind", "KINDS", "compile_alternatives"]
+
+
+@lru_cache(maxsize=1)
+def kinds() -> dict[str, AlternativesKind]:
+    """Every kind a rule may name: the neutral ones and each registered engine's."""
+    from nsa_policy import engines
+
+    out = dict(NEUTRAL_KINDS)
+    for engine in engines.every():
+        for k in engine.alternatives_kinds():
+            out[k.name] = k
+    return out
+
+
+__all__ = ["ANY_PACKAGE", "Alternatives", "AlternativesKind", "NEUTRAL_KINDS", "kinds", "compile_alternatives"]

@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nsa_policy.base.errors import InputError, NsaPolicyError, RuleFileError, closest
 from nsa_policy.base.paths import policy_dir
@@ -45,7 +45,7 @@ from nsa_policy.core.alternatives import ANY_PACKAGE, Alternatives, compile_alte
 from nsa_policy.core.conditions import Check, ConditionError, Explain, compile_condition
 from nsa_policy.core.decision import OUTPUT_FIELDS, Level
 from nsa_policy.core.namespace import all_paths, inputs_of, known_path
-from nsa_policy.engines.vllm.reads import SELECTOR_READS
+from nsa_policy.engines import DEFAULT as DEFAULT_ENGINE
 
 STAGES = ("input", "not_dsa", "kv_cache", "backends", "threshold", "page_size", "layout", "validate")
 BUNDLE_FILE = "bundle.yaml"
@@ -91,7 +91,16 @@ class BundleFile(_Strict):
     compat: bool = Field(default=False, description="compatibility bundles may overwrite outputs")
     abstract: bool = Field(default=False, description="a base that only other bundles extend")
     source: Optional[str] = None
-    engine: Literal["sglang", "vllm"] = Field(default="sglang", description="the serving engine its rules describe")
+    engine: str = Field(default=DEFAULT_ENGINE, description="the serving engine its rules describe: a registered engine")
+
+    @field_validator("engine", mode="after")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        from nsa_policy import engines
+
+        if value not in engines.names():
+            raise ValueError(f"not a registered engine; valid: {', '.join(engines.names())}")
+        return value
     # An engine release applies its DSA start-up code only to the architectures on its own lists; a DSA
     # model outside them starts as a dense model there (no DSA setting applies). Inherited via extends.
     dsa_architectures: Optional[list[str]] = Field(
@@ -175,26 +184,6 @@ class FirstValid(ValueSpec):
 
     def describe(self) -> str:
         return f"the first {self.phase} backend that runs here of {', '.join(self.candidates)}"
-
-
-@dataclass(frozen=True)
-class VllmFirstValid(ValueSpec):
-    """vLLM's automatic choice: the first candidate its validate_configuration accepts here
-    (rules/catalog/vllm/backends.yaml), for the KV dtype at selection decided so far."""
-
-    candidates: tuple[str, ...]
-    reads: tuple[str, ...] = SELECTOR_READS  # what selector_facts reads
-
-    def value(self, ns: Mapping[str, Any], catalog: Catalog) -> Any:
-        from nsa_policy.engines.vllm.catalog import load_vllm, selector_facts
-
-        if ns["out.requested_kv_cache_dtype"] is None:
-            return None
-        v, sel = load_vllm(), selector_facts(ns, catalog)
-        return next((c for c in self.candidates if not v.reasons(c, sel)), None)
-
-    def describe(self) -> str:
-        return f"the first vLLM backend that validates here of {', '.join(self.candidates)}"
 
 
 class Assignment(NamedTuple):
@@ -304,7 +293,7 @@ class CompiledBundle:
     dsa_architectures: Optional[frozenset[str]] = None
     family_only_architectures: frozenset[str] = frozenset()
     left_as_given: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    engine: str = "sglang"  # the serving engine its rules describe (bundle.yaml `engine`)
+    engine: str = DEFAULT_ENGINE  # the serving engine its rules describe (bundle.yaml `engine`)
 
     def dsa_scope(self, family: Optional[str], architecture: Optional[str]) -> str:
         """'full', 'family_only' or 'none': how much of its DSA start-up code the engine runs for the model."""
@@ -351,18 +340,18 @@ def _compile_value(out: str, value: Any, err: Callable[[str], Exception]) -> Val
             if not known_path(value["fact"]):
                 raise err(f"set.{out}: unknown fact {value['fact']!r}")
             return FromFact(str(value["fact"]))
-        if set(value) == {"vllm_first_valid"}:
-            cands = value["vllm_first_valid"]
-            if not (isinstance(cands, list) and all(isinstance(c, str) for c in cands)):
-                raise err(f"set.{out}: vllm_first_valid takes a list of vLLM backend names")
-            return VllmFirstValid(tuple(cands))
+        kinds = _engine_value_kinds()
+        if len(value) == 1 and next(iter(value)) in kinds:  # an engine's own value form
+            name = next(iter(value))
+            return kinds[name](out, value[name], err)
         if set(value) == {"first_valid"}:
             fv = value["first_valid"]
             if not (isinstance(fv, dict) and set(fv) == {"phase", "candidates"} and fv["phase"] in ("prefill", "decode")
                     and isinstance(fv["candidates"], list)):
                 raise err(f"set.{out}: first_valid takes {{phase: prefill|decode, candidates: [backend, …]}}")
             return FirstValid(fv["phase"], tuple(fv["candidates"]))
-        raise err(f"set.{out}: a value is a literal, {{fact: path}}, {{first_valid: …}} or {{vllm_first_valid: […]}}")
+        forms = ", ".join(f"{{{{{k}: …}}}}" for k in kinds)
+        raise err(f"set.{out}: a value is a literal, {{fact: path}}, {{first_valid: …}}" + (f" or {forms}" if forms else ""))
     kind = _output_kind(out)
     # A literal must have the output's type (bool is not an int here): a string page size would
     # otherwise resolve with exit 0 and reach a launch command as `--page-size sixty-four`.
@@ -407,77 +396,44 @@ def bundle_path(name_or_dir: str, field: str = "policy") -> Path:
     release = release_bundle(name_or_dir)
     if release is not None:
         return policy_dir() / release
-    vrelease = vllm_release_bundle(name_or_dir)
-    if vrelease is not None:
-        return policy_dir() / vrelease
     raise InputError(field, name_or_dir, list_bundles(), hint="not a bundle name or folder")
 
 
-# sglang-<PEP 440 release>: a compatibility bundle named after the sglang release it reproduces.
-_RELEASE_NAME = re.compile(r"^sglang-(\d+(?:\.\d+)+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?)$")
-
-
 def release_bundle(name: str) -> Optional[str]:
-    """The shipped bundle that answers for sglang release `name`: the newest sglang-<version> bundle at or below it.
+    """The shipped bundle that answers for the engine release `name` names (sglang-0.5.23, vllm-0.33.0):
+    the newest <engine>-<version> bundle at or below it, as that engine names its releases.
 
     Only releases whose start-up policy changed ship a bundle, so `sglang-0.5.23` is answered by
-    `sglang-0.5.22` and `sglang-0.5.10.post1` by `sglang-0.5.10`. None when `name` is not of the form
-    sglang-<version>; an InputError when no bundle is that old. The bundle's own name (the decision's
-    `policy`) shows which one answered."""
-    from nsa_policy.base.versions import parse_version
+    `sglang-0.5.22` and `sglang-0.5.10.post1` by `sglang-0.5.10`. None when `name` names no engine's
+    release; an InputError when no bundle is that old. The bundle's own name (the decision's `policy`)
+    shows which one answered."""
+    from nsa_policy import engines
 
-    m = _RELEASE_NAME.match(name.strip())
-    if m is None:
-        return None
-    want = parse_version(m.group(1), field="policy")
-    shipped = [(parse_version(r.group(1)), b) for b in list_bundles() if (r := _RELEASE_NAME.match(b))]
-    below = [(v, b) for v, b in shipped if v <= want]
-    if not below:
-        oldest = min(shipped)[1] if shipped else None
-        raise InputError("policy", name, list_bundles(),
-                         hint=f"no compatibility bundle reproduces sglang {want} or older"
-                              + (f"; the oldest release bundle is {oldest} (sglang-pre-21783 is 0.5.10rc0's policy)"
-                                 if oldest else ""))
-    return max(below)[1]
-
-
-_VLLM_NAME = re.compile(r"^vllm-(\d+(?:\.\d+)+)$")
+    owner = engines.owner_of_bundle(name)
+    return owner.release_bundle(name) if owner is not None else None
 
 
 def release_owners() -> dict[str, list[str]]:
-    """bundle → the sglang releases (of the argument registry) it answers for (see release_bundle)."""
-    from nsa_policy.engines.sglang.args import load_args  # lazy: the registry is not needed to compile a bundle
+    """bundle → the releases (of its engine's registry) it answers for (see release_bundle)."""
+    from nsa_policy import engines
 
     owners: dict[str, list[str]] = {}
-    for release in load_args().releases:
-        try:
-            owner = release_bundle(f"sglang-{release}")
-        except NsaPolicyError:
-            continue  # older than every release bundle
-        if owner is not None:
-            owners.setdefault(owner, []).append(release)
+    for engine in engines.every():
+        for release in engine.known_releases():
+            try:
+                owner = engine.release_bundle(f"{engine.name}-{release}")
+            except NsaPolicyError:
+                continue  # older than every release bundle
+            if owner is not None:
+                owners.setdefault(owner, []).append(release)
     return owners
 
 
-def vllm_release_bundle(name: str) -> Optional[str]:
-    """The shipped vllm-<X.Y> bundle that answers for vLLM release `name` (vllm-0.33.0 → vllm-0.33);
-    None when `name` is not vllm-<version> or no bundle is that old or older."""
-    from nsa_policy.base.versions import parse_version
-
-    m = _VLLM_NAME.match(name.strip())
-    if m is None:
-        return None
-    want = parse_version(m.group(1), field="policy")
-    shipped = [(parse_version(r.group(1)), b) for b in list_bundles() if (r := _VLLM_NAME.match(b))]
-    below = [(v, b) for v, b in shipped if v <= want or (v.release[:2] == want.release[:2])]
-    return max(below)[1] if below else None
-
-
 def bundle_for_engine(policy: str, engine: str) -> str:
-    """`default` names the project's recommendation for each engine: vLLM's is the vllm-default bundle."""
-    if engine == "vllm" and policy == "default":
-        return "vllm-default"
-    return policy
+    """`default` names the project's recommendation for each engine (vLLM's is the vllm-default bundle)."""
+    from nsa_policy import engines
+
+    return engines.get(engine).bundle_for(policy)
 
 
 # (the rule as written, its YAML node for line numbers, the file it is in)
@@ -563,12 +519,10 @@ class _Loader:
             if out not in OUTPUT_FIELDS:
                 raise err(f"set: unknown output {out!r}; valid: {', '.join(OUTPUT_FIELDS)}", ("set", out))
             compiled = _compile_value(out, value, _at(err, ("set", out)))
-            for b in _vllm_backends(out, compiled):
-                from nsa_policy.engines.vllm.catalog import load_vllm
-
-                if b not in load_vllm().backends:
-                    raise err(f"set.{out}: unknown vLLM backend {b!r}; did you mean "
-                              f"{closest(b, load_vllm().backend_names)!r}?", ("set", out))
+            for engine in _engines():
+                problem = engine.set_problem(out, compiled)
+                if problem:
+                    raise err(f"set.{out}: {problem}", ("set", out))
             for b in _literal_backends(out, compiled):
                 if b not in self.catalog.backends:
                     raise err(f"set.{out}: unknown backend {b!r}; did you mean "
@@ -630,15 +584,15 @@ def existing_from_same_file(entry: _Entry, path: Path) -> bool:
     return entry[2] == path
 
 
-def _vllm_backends(out: str, value: ValueSpec) -> list[str]:
-    """vLLM backend names a rule sets attention_backend to (literal upper-case enum names or candidates)."""
-    if out != "attention_backend":
-        return []
-    if isinstance(value, VllmFirstValid):
-        return list(value.candidates)
-    if isinstance(value, Fixed) and isinstance(value.literal, str) and value.literal.isupper():
-        return [value.literal]
-    return []
+def _engines() -> tuple[Any, ...]:
+    from nsa_policy import engines
+
+    return engines.every()
+
+
+def _engine_value_kinds() -> dict[str, Callable[..., ValueSpec]]:
+    """The value forms each registered engine adds to `set` (vLLM's vllm_first_valid)."""
+    return {k: f for e in _engines() for k, f in e.value_kinds().items()}
 
 
 def _literal_backends(out: str, value: ValueSpec) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Mapping
 
-from nsa_policy.catalog.store import version_ge
+from nsa_policy.base.versions import version_ge
 
 Namespace = Mapping[str, Any]
 Check = Callable[[Namespace], bool]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, Field
 
 from nsa_policy.core.facts import Facts, Frozen
+from nsa_policy.engines import DEFAULT as DEFAULT_ENGINE
 
 Level = Literal["error", "warning", "info"]
 Tag = Literal["output", "agreed", "recorded", "shown"]
@@ -34,17 +36,14 @@ class Tags:
     tags: frozenset[str]
     title: Optional[str] = None  # how reports name it ("KV cache dtype"); default: the field name
     agreed_as: Optional[str] = None  # its name in the agreement view when that holds a projection of it
-    engine: Optional[str] = None  # only this engine's decisions set it (None: every engine's)
 
-    def __init__(self, *tags: Tag, title: Optional[str] = None, agreed_as: Optional[str] = None,
-                 engine: Optional[str] = None):
+    def __init__(self, *tags: Tag, title: Optional[str] = None, agreed_as: Optional[str] = None):
         unknown = set(tags) - set(TAGS)
         if unknown:
             raise ValueError(f"unknown field tag(s) {sorted(unknown)}; valid: {', '.join(TAGS)}")
         object.__setattr__(self, "tags", frozenset(tags))
         object.__setattr__(self, "title", title)
         object.__setattr__(self, "agreed_as", agreed_as)
-        object.__setattr__(self, "engine", engine)
 
 
 class Finding(Frozen):
@@ -104,9 +103,9 @@ class RuntimeThresholds(Frozen):
     mha_one_shot: Annotated[bool, _OUT] = Field(description="whether dense MHA one-shot prefill exists on this device")
 
 
-def _out(title: str, *more: Tag, engine: Optional[str] = None) -> Tags:
+def _out(title: str, *more: Tag) -> Tags:
     """An output every rank shares and the table shows; `more` adds `recorded`."""
-    return Tags("output", "agreed", "shown", *more, title=title, engine=engine)
+    return Tags("output", "agreed", "shown", *more, title=title)
 
 
 _AGREED = Tags("agreed")
@@ -117,7 +116,8 @@ class Decision(Frozen):
     # full: the engine runs its DSA start-up code; family_only: only the model-family overrides (attention
     # backend, page size), the KV dtype, backends and threshold stay as given; none: not DSA there.
     dsa_scope: Annotated[Literal["full", "family_only", "none"], _AGREED] = "full"
-    engine: Annotated[str, _AGREED] = Field(default="sglang", description="the engine the decision is for: sglang or vllm")
+    engine: Annotated[str, _AGREED] = Field(default=DEFAULT_ENGINE,
+                                            description="the engine the decision is for: a registered engine")
     policy: str
     policy_digest: str = Field(description="sha256 of the bundle's rule files, first 16 hex digits")
     device: str
@@ -126,8 +126,8 @@ class Decision(Frozen):
     model_family: Annotated[Optional[str], _AGREED] = None
     architecture: Optional[str] = None
     kv_cache_dtype: Annotated[Optional[str], _out("KV cache dtype", "recorded")] = None
-    prefill_backend: Annotated[Optional[str], _out("prefill backend", "recorded", engine="sglang")] = None
-    decode_backend: Annotated[Optional[str], _out("decode backend", "recorded", engine="sglang")] = None
+    prefill_backend: Annotated[Optional[str], _out("prefill backend", "recorded")] = None
+    decode_backend: Annotated[Optional[str], _out("decode backend", "recorded")] = None
     page_size: Annotated[Optional[int], _out("page size", "recorded")] = None
     attention_backend: Annotated[Optional[str], _out("attention backend", "recorded")] = None  # nsa → dsa in 0.5.13
     dense_attn_kv_len_threshold: Annotated[Optional[int], _out("dense-attention threshold", "recorded")] = None
@@ -135,8 +135,8 @@ class Decision(Frozen):
     kv_cache_layout: Annotated[Optional[str], _out("KV cache layout", "recorded")] = None
     # vLLM: the KV dtype its backend selector sees (the flag after the model hook), before the
     # post-selection rewrite that gives kv_cache_dtype (fp8 -> fp8_ds_mla on FLASHMLA_SPARSE).
-    requested_kv_cache_dtype: Annotated[Optional[str], _out("KV dtype at selection", engine="vllm")] = None
-    indexer_cache_dtype: Annotated[Optional[str], _out("indexer cache dtype", engine="vllm")] = None
+    requested_kv_cache_dtype: Annotated[Optional[str], _out("KV dtype at selection")] = None
+    indexer_cache_dtype: Annotated[Optional[str], _out("indexer cache dtype")] = None
     heads_per_rank: Annotated[Optional[int], _AGREED] = None
     padded_heads: Annotated[dict[str, int], _AGREED] = Field(
         default_factory=dict, description="phase → q heads after kernel padding")
@@ -200,9 +200,18 @@ def outputs_for(engine: str, dsa_scope: str = "full") -> tuple[str, ...]:
 
 
 def of_engine(fields: tuple[str, ...], engine: str) -> tuple[str, ...]:
-    """Those of `fields` an `engine` decision has: a field tagged for another engine (vLLM's KV dtype at
-    selection on an sglang decision) is left out of its table, agreement view and digest."""
-    return tuple(f for f in fields if f not in FIELD_TAGS or FIELD_TAGS[f].engine in (None, engine))
+    """Those of `fields` an `engine` decision has: an output only another engine's decisions hold (vLLM's
+    KV dtype at selection on an sglang decision; Engine.own_outputs) is left out of its table, agreement
+    view and digest."""
+    others = _others_outputs(engine)
+    return tuple(f for f in fields if f not in others)
+
+
+@lru_cache(maxsize=16)
+def _others_outputs(engine: str) -> frozenset[str]:
+    from nsa_policy import engines
+
+    return frozenset(f for e in engines.every() if e.name != engine for f in e.own_outputs)
 
 
 # What ranks compare, under the agreement view's names (errors → error_codes).

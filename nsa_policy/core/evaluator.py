@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Optional
 
-from nsa_policy.catalog.store import KV_DTYPES, Catalog
+from nsa_policy.catalog.store import Catalog
 from nsa_policy.core.bundle import STAGES, CompiledBundle, CompiledRule, FindingSpec, FromFact, ValueSpec
 from nsa_policy.core.conditions import Check
 from nsa_policy.core.decision import (
@@ -30,10 +30,8 @@ from nsa_policy.core.decision import (
 )
 from nsa_policy.core.facts import Facts, FrozenDict
 from nsa_policy.core.memo import ReadMemo
-from nsa_policy.core.namespace import FactNamespace, build_namespace, threshold_detail
+from nsa_policy.core.namespace import FactNamespace, build_namespace
 
-_USER_OUTPUTS = (("kv_cache_dtype", "--kv-cache-dtype"), ("prefill_backend", "--nsa-prefill-backend"),
-                 ("decode_backend", "--nsa-decode-backend"), ("page_size", "--page-size"))
 _DSA_STAGES = tuple(s for s in STAGES if s != "not_dsa")
 _DEFAULTING_STAGES = ("kv_cache", "backends", "threshold")
 _OUTPUT_KEYS = tuple((f, "out." + f) for f in DECISION_OUTPUTS)
@@ -82,36 +80,14 @@ class _Evaluation:
         self.steps.append(_trace_entry(rule.id, rule.stage, outcome, why))
 
 
-def _seed_user_values(ev: _Evaluation, engine: str) -> None:
-    """Explicit user values are outputs from the start; fill rules then never touch them."""
+def _seed_user_values(ev: _Evaluation, engine: Any) -> None:
+    """Explicit user values are outputs from the start; fill rules then never touch them. Which values
+    those are, and the flag each comes from, is the engine's to say."""
     ns, prov = ev.ns, ev.prov
-    if engine == "vllm":
-        # vLLM: a forced --attention-backend and a --block-size are outputs as given. The KV dtype is
-        # not: the bundle's model-hook rules read the flag, and vLLM rewrites it after selection.
-        for out, key, flag in (("attention_backend", "config.attention_backend", "--attention-backend"),
-                               ("page_size", "config.page_size", "--block-size")):
-            if ns[key] is not None and (out != "attention_backend" or ns["vllm.backend_known"]):
-                ns[f"out.{out}"] = ns[key]
-                ns[f"prov.{out}"] = "user"
-                prov[out] = _provenance("user", flag, None)
-        return
-    kv = ns["config.kv_cache_dtype"]
-    seeds = {
-        "kv_cache_dtype": kv if kv in KV_DTYPES else None,
-        "prefill_backend": ns["config.nsa_prefill_backend"],
-        "decode_backend": ns["config.nsa_decode_backend"],
-        "page_size": ns["config.page_size"],
-    }
-    for out, flag in _USER_OUTPUTS:
-        if seeds[out] is not None:
-            ns[f"out.{out}"] = seeds[out]
-            ns[f"prov.{out}"] = "user"
-            prov[out] = _provenance("user", flag, None)
-    if ns["input.threshold"] is not None:
-        source = "user" if ns["input.threshold_source"] == "flag" else "env"
-        ns["out.dense_attn_kv_len_threshold"] = ns["input.threshold"]
-        ns["prov.dense_attn_kv_len_threshold"] = source
-        prov["dense_attn_kv_len_threshold"] = _provenance(source, threshold_detail(ns) or "", None)
+    for out, value, source, detail in engine.seed_outputs(ns):
+        ns[f"out.{out}"] = value
+        ns[f"prov.{out}"] = source
+        prov[out] = _provenance(source, detail, None)
 
 
 def _targets(rule: CompiledRule) -> Targets:
@@ -266,14 +242,17 @@ def _assemble(ev: _Evaluation, bundle: CompiledBundle, facts: Facts, applies: bo
 
 def evaluate(bundle: CompiledBundle, facts: Facts, catalog: Catalog, *, trace: bool = True,
              device_label: Optional[str] = None) -> Decision:
-    ns = build_namespace(facts, catalog)
-    ev = _Evaluation(ns, catalog, trace)
+    from nsa_policy import engines
+
     if facts.config.engine != bundle.engine:
         from nsa_policy.base.errors import InputError
 
         raise InputError("engine", facts.config.engine, [bundle.engine],
                          hint=f"policy {bundle.name} describes {bundle.engine}")
-    _seed_user_values(ev, facts.config.engine)
+    engine = engines.get(facts.config.engine)
+    ns = build_namespace(facts, catalog, engine)
+    ev = _Evaluation(ns, catalog, trace)
+    _seed_user_values(ev, engine)
     scope = bundle.dsa_scope(facts.model.family, facts.model.architecture)
     ns["policy.dsa_scope"] = scope
     applies = scope != "none"

@@ -5,7 +5,15 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from nsa_policy import engines  # the registry (engine packages load on first use)
+from nsa_policy.engines import DEFAULT as DEFAULT_ENGINE
+
 Vendor = Literal["nvidia", "amd", "intel", "cpu"]
+
+
+# what → the names it may hold, registered by the catalog when it loads (the catalog sits above the
+# facts: it builds them), so a JSON schema made after loading lists the loaded catalog's names.
+SCHEMA_NAMES: dict[str, Callable[[], list[str]]] = {}
 
 
 def _catalog_enum(what: str) -> Callable[[dict[str, Any]], None]:
@@ -14,12 +22,11 @@ def _catalog_enum(what: str) -> Callable[[dict[str, Any]], None]:
     The catalog (rules/catalog/) is the one owner of these names, so the types here are plain
     strings; inputs are checked against the loaded catalog (Catalog.check_device/check_model)."""
     def extra(schema: dict[str, Any]) -> None:
-        from nsa_policy.catalog.store import load_catalog  # lazy: the catalog imports this module
-
-        cat = load_catalog()
-        names = list(cat.device_classes if what == "device_class" else cat.family_names)
+        names = SCHEMA_NAMES.get(what)
+        if names is None:
+            return  # no catalog loaded: the schema says "string"
         target = next((b for b in schema.get("anyOf", ()) if b.get("type") == "string"), schema)
-        target["enum"] = names
+        target["enum"] = names()
     return extra
 
 
@@ -76,6 +83,12 @@ class ModelFacts(Frozen):
         return self.family is not None
 
 
+def _registered_engine(value: str) -> str:
+    if value not in engines.names():
+        raise ValueError(f"not a registered engine; valid: {', '.join(engines.names())}")
+    return value
+
+
 class ServingConfig(Frozen):
     """The serving arguments that bear on DSA, spelt as sglang spells them. None = unset.
 
@@ -83,7 +96,13 @@ class ServingConfig(Frozen):
     through rules/catalog/vllm/args.yaml (block_size → page_size, tensor_parallel_size → tp_size,
     decode_context_parallel_size → dcp_size)."""
 
-    engine: Literal["sglang", "vllm"] = Field(default="sglang", description="the serving engine: sglang or vllm")
+    engine: str = Field(default=DEFAULT_ENGINE, description="the serving engine: a registered engine's name")
+
+    @field_validator("engine", mode="after")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        return _registered_engine(value)
+
     model_path: Optional[str] = None
     kv_cache_dtype: Optional[str] = Field(default=None, description="auto, bfloat16, bf16 (alias), fp8_e4m3")
     nsa_prefill_backend: Optional[str] = None
@@ -170,7 +189,7 @@ class Facts(Frozen):
     # How the caller spelt the serving arguments, where it said so in sglang's own spelling (resolve's
     # flags, flag-form keys of a mapping such as a --config file's): each release accepts, deprecates
     # or refuses spellings (rules/catalog/sglang/args.yaml), and its compatibility bundle says which.
-    spellings: tuple[str, ...] = Field(default=(), description="sglang flags as given (--nsa-prefill-backend); "
+    spellings: tuple[str, ...] = Field(default=(), description="the engine's flags as given (--nsa-prefill-backend); "
                                                                "empty when given by policy field name")
 
 

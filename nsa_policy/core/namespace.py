@@ -5,7 +5,6 @@ from the outputs decided so far, so a validation sees the final choice.
 """
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Any, Optional, Union
 
@@ -36,33 +35,27 @@ LAZY_PATHS = frozenset(f"{kind}.{phase}{suffix}" for phase in ("prefill", "decod
                        for kind, suffix in (("cap", ".status"), ("cap", ".reason"), ("req", ""),
                                             ("pad", ""), ("pad", "_factor")))
 LAZY_PREFIXES = ("pkg.",)
-# vLLM facts (rules/catalog/vllm/backends.yaml), computed on access from the outputs so far: whether the chosen
-# attention_backend passes vLLM's validate_configuration for the KV dtype at selection, its reasons
-# (as vLLM prints them), the dtype vLLM stores after its rewrite, the backend's dense short-prefill
-# path, a crash after selection on this vendor, a NotImplementedError while the layers are built in this
-# configuration (FlashMLA under DCP), vLLM's block-size choice; and two input checks.
-VLLM_PATHS = frozenset(f"vllm.{k}" for k in ("backend_known", "kv_known", "quantized_kv", "valid", "reasons",
-                                              "stored_kv", "dense_prefill", "crashes", "fails_after_selection",
-                                              "block_size",
-                                              "indexer_mxfp4_ok", "indexer_dtype_known"))
-# sglang.<release>.lists_<phase>_backend: does that sglang release list the configured backend among
-# its --nsa/--dsa-<phase>-backend choices (catalog backends.yaml sglang_choice); None when unset/unknown.
-_SGLANG_LISTS = re.compile(r"^sglang\.(\d+(?:\.[0-9A-Za-z]+)*)\.lists_(prefill|decode)_backend$")
-# sglang.<release>.{refused,deprecated}_spellings: the flags among input.spellings that release's parser
-# refuses (with what to use instead) or accepts as deprecated aliases (its own warning text), as one
-# line from the argument registry (rules/catalog/sglang/args.yaml); None when there are none.
-_SGLANG_SPELLINGS = re.compile(r"^sglang\.(\d+(?:\.[0-9A-Za-z]+)*)\.(refused|deprecated)_spellings$")
+def _engine_family(path: str) -> Optional[tuple[Any, str]]:
+    """(the engine, what) when `path` is in the fact family named after a registered engine."""
+    from nsa_policy import engines  # the registry: engine packages load on first use
+
+    family, _, what = path.partition(".")
+    return (engines.get(family), what) if family in engines.names() else None
 
 
 def known_path(path: str) -> bool:
-    return (path in STATIC_PATHS or path in LAZY_PATHS or path in VLLM_PATHS or path.startswith(LAZY_PREFIXES)
-            or _SGLANG_LISTS.match(path) is not None or _SGLANG_SPELLINGS.match(path) is not None)
+    if path in STATIC_PATHS or path in LAZY_PATHS or path.startswith(LAZY_PREFIXES):
+        return True
+    hit = _engine_family(path)
+    return hit is not None and bool(hit[0].known_fact(hit[1]))
 
 
 def all_paths() -> list[str]:
-    return sorted(STATIC_PATHS | LAZY_PATHS | VLLM_PATHS) + [
-        "pkg.<distribution>", "sglang.<release>.lists_{prefill,decode}_backend",
-        "sglang.<release>.{refused,deprecated}_spellings"]
+    from nsa_policy import engines
+
+    own = [p for e in engines.every() for p in e.fact_paths()]
+    return sorted(STATIC_PATHS | LAZY_PATHS | {p for p in own if "<" not in p}) + ["pkg.<distribution>"] + [
+        p for p in own if "<" in p]
 
 
 # What a fact's value depends on. Consumers (lint's "does this finding need the device?") ask here
@@ -72,7 +65,6 @@ _EVERYTHING = frozenset(INPUTS)
 _FAMILY_INPUTS = {
     "device": frozenset({"device"}), "model": frozenset({"model"}), "config": frozenset({"config"}),
     "env": frozenset({"env"}), "pkg": frozenset({"packages"}), "input": frozenset({"config", "env"}),
-    "sglang": frozenset({"config"}), "vllm": _EVERYTHING,
     "policy": frozenset({"model"}),  # the bundle's scope for the architecture
     # Outputs, and what the catalog says about the chosen backends, follow from all of it.
     "out": _EVERYTHING, "cap": _EVERYTHING, "req": _EVERYTHING, "pad": _EVERYTHING,
@@ -81,9 +73,6 @@ _PATH_INPUTS = {
     "derived.tp_size": frozenset({"config"}),
     "derived.attn_tp_size": frozenset({"config"}), "derived.tp_divisible": frozenset({"config"}),
     "derived.heads_per_rank": frozenset({"model", "config"}), "derived.heads_divisible": frozenset({"model", "config"}),
-    # vLLM's input checks read the flags alone; its MXFP4 indexer check the device alone
-    "vllm.backend_known": frozenset({"config"}), "vllm.kv_known": frozenset({"config"}),
-    "vllm.indexer_dtype_known": frozenset({"config"}), "vllm.indexer_mxfp4_ok": frozenset({"device"}),
 }
 _PROV_INPUTS = frozenset({"config", "env"})
 
@@ -100,7 +89,11 @@ def inputs_of(path: str, *, overwrite: bool = False) -> frozenset[str]:
     family = path.partition(".")[0]
     if family == "prov":
         return _EVERYTHING if overwrite else _PROV_INPUTS
-    return _FAMILY_INPUTS.get(family, _EVERYTHING)
+    if family in _FAMILY_INPUTS:
+        return _FAMILY_INPUTS[family]
+    fam = _engine_family(path)
+    own: Optional[frozenset[str]] = fam[0].fact_inputs(fam[1]) if fam is not None else None
+    return own if own is not None else _EVERYTHING
 
 
 def outputs_read(path: str) -> tuple[str, ...]:
@@ -109,16 +102,10 @@ def outputs_read(path: str) -> tuple[str, ...]:
     family, _, rest = path.partition(".")
     if family in ("out", "prov"):
         return (rest,)
-    if family == "vllm" and rest not in ("backend_known", "kv_known", "indexer_dtype_known", "indexer_mxfp4_ok"):
-        return ("attention_backend", "requested_kv_cache_dtype")
-    return _LAZY_OUTPUTS.get(path, ())
-
-
-@lru_cache(maxsize=1024)
-def _sglang_lists_key(key: str) -> Optional[tuple[str, str]]:
-    """(release, phase) of a sglang.<release>.lists_<phase>_backend path (parsed once per path), else None."""
-    m = _SGLANG_LISTS.match(key)
-    return (m.group(1), m.group(2)) if m else None
+    if path in _LAZY_OUTPUTS:
+        return _LAZY_OUTPUTS[path]
+    hit = _engine_family(path) if family not in _FAMILY_INPUTS else None
+    return tuple(hit[0].fact_outputs(hit[1])) if hit is not None else ()
 
 
 class FactNamespace(dict[str, Any]):
@@ -132,27 +119,11 @@ class FactNamespace(dict[str, Any]):
     def __missing__(self, key: str) -> Any:
         spec = _LAZY.get(key)
         if spec is None:
-            if key in VLLM_PATHS:
-                return _vllm_fact(self, key[5:])
             if key.startswith("pkg."):
                 return self.packages.get(key[4:])
-            listed = _sglang_lists_key(key)
-            if listed:
-                release, phase = listed
-                backend = self[f"config.nsa_{phase}_backend"]
-                if backend is None or backend not in self.catalog.backends:
-                    return None
-                return self.catalog.sglang_lists(backend, phase, release)
-            spelt = _SGLANG_SPELLINGS.match(key)
-            if spelt:
-                spellings = self["input.spellings"]
-                if not spellings:
-                    return None
-                from nsa_policy.engines.sglang.args import load_args  # lazy: only inputs with sglang spellings need it
-
-                release, kind = spelt.groups()
-                reg = load_args()
-                return reg.refused_text(spellings, release) if kind == "refused" else reg.deprecated_text(spellings, release)
+            hit = _engine_family(key)
+            if hit is not None:
+                return hit[0].fact(self, hit[1])
             raise KeyError(key)
         kind, phase, backend_key, what = spec
         backend = self.get(backend_key)
@@ -188,46 +159,6 @@ for _phase in ("prefill", "decode"):
 _LAZY_OUTPUTS: dict[str, tuple[str, ...]] = {
     path: (f"{phase}_backend", "kv_cache_dtype") if kind == "cap" else (f"{phase}_backend",)
     for path, (kind, phase, _, _) in _LAZY.items()}
-
-
-def _vllm_fact(ns: FactNamespace, what: str) -> Any:
-    from nsa_policy.engines.vllm.catalog import UNQUANTIZED_KV, load_vllm, selector_facts
-
-    v = load_vllm()
-    if what == "backend_known":
-        b = ns["config.attention_backend"]
-        return b is None or b.upper() in v.backends
-    if what == "kv_known":
-        return ns["config.kv_cache_dtype"] in (v.argument("kv_cache_dtype").choices or ())
-    if what == "indexer_dtype_known":
-        d = ns["config.indexer_kv_dtype"]
-        return d is None or d in v.doc.indexer.cache_dtypes
-    if what == "indexer_mxfp4_ok":
-        return ns["device.vendor"] == "nvidia" and ns["device.major"] in v.doc.indexer.mxfp4_capability_majors
-    kv = ns["out.requested_kv_cache_dtype"]
-    if what == "quantized_kv":
-        return None if kv is None else kv not in UNQUANTIZED_KV
-    backend = ns["out.attention_backend"]
-    if backend is None or backend not in v.backends:
-        return None
-    spec = v.backends[backend]
-    if what == "dense_prefill":
-        return spec.dense_prefill
-    if what == "crashes":
-        return spec.crashes.reason if spec.crashes and spec.crashes.vendor == ns["device.vendor"] else None
-    if what == "block_size":  # None where vLLM's catalog has no DSA indexer (Intel XPU, CPU)
-        vendor = ns["device.vendor"]
-        return v.block_size(backend, vendor) if vendor in v.doc.indexer.block_sizes else None
-    if kv is None:
-        return None
-    if what == "fails_after_selection":
-        return v.fails_after_selection(backend, selector_facts(ns, ns.catalog))
-    if what == "stored_kv":
-        return v.stored_kv(backend, kv)
-    reasons = v.reasons(backend, selector_facts(ns, ns.catalog))
-    if what == "valid":
-        return not reasons
-    return str(list(reasons))  # "reasons": as vLLM prints them in its ValueError
 
 
 @lru_cache(maxsize=256)
@@ -271,7 +202,12 @@ def device_part(d: DeviceFacts, catalog: Optional[Catalog] = None) -> dict[str, 
     return {**_device_part(d), **_catalog_device_part(d, catalog)}
 
 
-def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
+def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactNamespace:
+    """The namespace of one evaluation; `engine` (default: the config's) reads config.* in its own names."""
+    if engine is None:
+        from nsa_policy import engines
+
+        engine = engines.get(facts.config.engine)
     m, c, e, x = facts.model, facts.config, facts.env, facts.derived
     ns = FactNamespace(catalog, e.packages)
     ns.update(_device_part(facts.device))
@@ -283,12 +219,7 @@ def build_namespace(facts: Facts, catalog: Catalog) -> FactNamespace:
         ns[key] = cfg[name]
     raw_kv = c.kv_cache_dtype
     ns["config.kv_cache_dtype_raw"] = raw_kv
-    if c.engine == "vllm":  # vLLM's own names, no sglang aliases (bf16 is not a vLLM dtype)
-        ns["config.kv_cache_dtype"] = raw_kv if raw_kv is not None else "auto"
-        backend = c.attention_backend
-        ns["config.attention_backend"] = None if backend is None or backend.lower() == "auto" else backend.upper()
-    else:
-        ns["config.kv_cache_dtype"] = KV_ALIASES.get(raw_kv, raw_kv) if raw_kv is not None else "auto"
+    ns.update(engine.config_facts(c))  # the KV dtype (and backend) in the engine's own names
     names = catalog.backends
     threshold, source = (c.dense_attn_kv_len_threshold, "flag") if c.dense_attn_kv_len_threshold is not None else (
         (e.dense_attn_kv_len_threshold, "env") if e.dense_attn_kv_len_threshold is not None else (None, None))

@@ -55,10 +55,11 @@ def get(name: str, field: str = "engine") -> Engine:
     try:
         engine = getattr(importlib.import_module(module), attr or "ENGINE")
     except (ImportError, AttributeError) as exc:
-        raise RuleFileError(f"engine {name!r}: its entry point {target!r} does not load ({exc})") from None
-    if engine.name != name:
-        raise RuleFileError(f"engine {name!r}: its entry point {target!r} gives an engine named {engine.name!r}")
-    return engine  # type: ignore[no-any-return]
+        raise RuleFileError(f"entry point {ENTRY_POINT_GROUP}:{name}", None, f"{target!r} does not load ({exc})") from None
+    if getattr(engine, "name", None) != name:
+        raise RuleFileError(f"entry point {ENTRY_POINT_GROUP}:{name}", None,
+                            f"{target!r} gives {engine!r}, not an Engine named {name!r}")
+    return engine
 
 
 def every() -> tuple[Engine, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsa_policy.catalog.store import Catalog
@@ -19,8 +19,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _VERSION = r"(\d+(?:\.\d+)+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?)"
 
-# The user values the evaluator seeds as outputs: (output, config field, the flag that sets it).
-Seed = tuple[str, str, str]
 
 
 class Engine:
@@ -30,10 +28,14 @@ class Engine:
     default_bundle: str = "default"
     # Release bundles are named <name>-<version>. `minor_releases`: a bundle names X.Y and answers X.Y.*.
     minor_releases: bool = False
+    # said after the oldest release bundle's name when a release is older than every bundle
+    oldest_note: str = ""
     # Further folders of bundles this engine ships beside rules/policy (an out-of-tree engine's own).
     policy_roots: tuple[Path, ...] = ()
-    # The user values that are outputs from the start (the evaluator's seeds).
-    seeds: tuple[Seed, ...] = ()
+    # Outputs only this engine's decisions hold (another engine's decision leaves them out).
+    own_outputs: frozenset[str] = frozenset()
+    # resolve's flags for config fields this engine spells differently (field → flag)
+    resolve_flags: Mapping[str, str] = {}
     # input fields at fault (Finding.fields) → the space dimension that varies them (check's coverage)
     field_dims: Mapping[str, str] = {}
     # Outputs this engine's decisions never set, so an accepted decision without them is not undecided.
@@ -68,8 +70,12 @@ class Engine:
             oldest = min(shipped)[1] if shipped else None
             raise InputError("policy", name, list_bundles(),
                              hint=f"no compatibility bundle reproduces {self.title} {want} or older"
-                                  + (f"; the oldest release bundle is {oldest}" if oldest else ""))
+                                  + (f"; the oldest release bundle is {oldest}{self.oldest_note}" if oldest else ""))
         return max(below)[1]
+
+    def known_releases(self) -> tuple[str, ...]:
+        """The releases this engine's argument registry knows, oldest first."""
+        return ()
 
     def bundle_for(self, policy: str) -> str:
         return self.default_bundle if policy == "default" else policy
@@ -92,6 +98,12 @@ class Engine:
     def spellings_from(self, obj: Any) -> tuple[str, ...]:
         """The engine's flags a mapping spells (its flag-form keys), in order."""
         return ()
+
+    def seed_outputs(self, ns: Any) -> Iterator[tuple[str, Any, str, str]]:
+        """The user's explicit values that are outputs from the start: (output, value, source, detail)."""
+        for out in ("kv_cache_dtype", "page_size"):
+            if ns[f"config.{out}"] not in (None, "auto"):
+                yield out, ns[f"config.{out}"], "user", "--" + out.replace("_", "-")
 
     # ------------------------------------------------------------------ the namespace
     def config_facts(self, config: ServingConfig) -> dict[str, Any]:
@@ -119,6 +131,19 @@ class Engine:
         """The outputs `<name>.<what>` is computed from."""
         return ()
 
+    # ------------------------------------------------------------------ the rule language
+    def value_kinds(self) -> dict[str, Any]:
+        """Value forms this engine adds to a rule's `set`: name → compile(output, argument, err) → ValueSpec."""
+        return {}
+
+    def set_problem(self, output: str, value: Any) -> Optional[str]:
+        """What is wrong with a compiled `set` value in this engine's terms (an unknown backend name)."""
+        return None
+
+    def alternatives_kinds(self) -> tuple[Any, ...]:
+        """AlternativesKind entries this engine adds to `emit.alternatives`."""
+        return ()
+
     # ------------------------------------------------------------------ check
     def space(self, bundles: Sequence[Any], catalog: Optional[Catalog] = None) -> Any:
         """The input space `check` and `diff` walk for this engine's bundles."""
@@ -126,12 +151,22 @@ class Engine:
 
         return standard_space(bundles, catalog)
 
-    def invariants(self, decision: Decision, facts: Facts, catalog: Catalog) -> list[str]:
-        """What must hold of a non-compatibility decision (check's invariant class)."""
+    def invariant_titles(self) -> dict[str, str]:
+        """name → what it says, for the invariants `invariants` checks."""
+        return {}
+
+    def invariants(self, decision: Decision, facts: Facts, catalog: Catalog) -> list[Any]:
+        """(invariant, detail key, message) for each invariant a non-compatibility decision breaks."""
         return []
 
     def value_domains(self, catalog: Catalog, domains: dict[str, tuple[list[str], str]]) -> None:
         """Narrow or extend, in place, the literal values this engine's rules may name."""
+
+    # ------------------------------------------------------------------ the CLI
+    def resolve_cli(self, given: dict[str, Any], **kwargs: Any) -> None:
+        """`resolve` for this engine when it has its own view (prints and exits); the default returns, and
+        the command's engine-neutral path resolves."""
+        return None
 
     # ------------------------------------------------------------------ launch and lint
     def launch_start(self, words: Sequence[str]) -> Optional[int]:
@@ -160,11 +195,10 @@ class Engine:
 
         raise InputError("command", " ".join(argv[:2]), hint=f"nsa-policy launch does not wrap {self.title} commands")
 
-    def matrix(self, policy: str) -> tuple[Any, str]:
-        """(the matrix data, its markdown) under `policy`."""
-        from nsa_policy.base.errors import InputError
-
-        raise InputError("--engine", self.name, hint=f"no matrix view for {self.title}")
+    def matrix_cli(self, out_dir: Optional[Path], policy: str, fmt: str, image: Optional[str]) -> bool:
+        """`matrix` for this engine when it has its own view (True: printed or written); the default
+        leaves the catalog's backend × device × KV dtype view to the command."""
+        return False
 
     def __repr__(self) -> str:
         return f"<Engine {self.name}>"

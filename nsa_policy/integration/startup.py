@@ -42,7 +42,8 @@ from nsa_policy.base.errors import InputError, PolicyError
 from nsa_policy.core.decision import Decision
 from nsa_policy.core.facts import THRESHOLD_ENV_VARS, Frozen
 from nsa_policy.engines.sglang.args import TargetRelease, load_args
-from nsa_policy.inputs import ALIAS_SWITCHES, ATTN_DP_NAMES, CONFIG_FIELDS, FIELD_ALIASES
+from nsa_policy.engines.sglang.config import ALIAS_SWITCHES, ATTN_DP_NAMES, FIELD_ALIASES
+from nsa_policy.inputs import CONFIG_FIELDS
 
 LOGGER_NAME = "nsa_policy.startup"
 
@@ -86,7 +87,7 @@ class Applied(Frozen):
         return bool(self.written or self.env_set)
 
 
-class _Args:
+class ArgsView:
     """Attribute objects (Namespace, dataclass, ServerArgs) and mutable mappings behind one interface."""
 
     def __init__(self, target: Any):
@@ -150,7 +151,7 @@ def explain_rejection(decision: Decision) -> str:
     return "\n".join(lines)
 
 
-def plan(args: _Args, decision: Decision, env: Mapping[str, str], threshold_var: Optional[str] = None) -> Applied:
+def plan(args: ArgsView, decision: Decision, env: Mapping[str, str], threshold_var: Optional[str] = None) -> Applied:
     """What apply would write, without writing it. `threshold_var`: the variable the target release reads."""
     written: dict[str, Any] = {}
     previous: dict[str, Any] = {}
@@ -188,7 +189,7 @@ def plan(args: _Args, decision: Decision, env: Mapping[str, str], threshold_var:
     return Applied(decision=decision, written=written, previous=previous, env_set=env_set, kept=kept)
 
 
-def _record(applied: Applied, status: str) -> dict[str, Any]:
+def startup_record(applied: Applied, status: str) -> dict[str, Any]:
     d = applied.decision
     outputs = {f: getattr(d, f) for f in TARGETS}
     outputs.update(attention_backend=d.attention_backend, kv_cache_layout=d.kv_cache_layout,
@@ -230,13 +231,13 @@ def _message(applied: Applied, status: str) -> str:
                                        for k, v in applied.written.items())
     if applied.env_set:
         text += "; set " + ", ".join(f"{k}={v}" for k, v in applied.env_set.items())
-    text += _kept_and_warnings(applied, d)
+    text += kept_and_warnings(applied, d)
     for note in applied.notes:
         text += f"\n  note: {note}"
     return text
 
 
-def _kept_and_warnings(applied: Any, d: Any) -> str:
+def kept_and_warnings(applied: Any, d: Any) -> str:
     """The explicit values kept over the decision, then the decision's warnings (sglang and vLLM alike)."""
     text = ""
     if applied.kept:
@@ -260,7 +261,7 @@ def running_release(server_args: Any, sglang_version: Optional[str] = None) -> T
         return reg.target(importlib.metadata.version("sglang"), "importlib.metadata in this process")
     except importlib.metadata.PackageNotFoundError:
         pass
-    args = server_args if isinstance(server_args, _Args) else _Args(server_args)
+    args = server_args if isinstance(server_args, ArgsView) else ArgsView(server_args)
     # the newest release whose attribute for the prefill backend the object carries (nsa_* → 0.5.12.post1)
     fits = [r for r in reg.releases if args.has(reg.attribute_for("dsa_prefill_backend", r) or "")]
     if fits:
@@ -294,7 +295,7 @@ def release_env(env: Mapping[str, str], release: TargetRelease) -> tuple[str, di
     return read, add, notes
 
 
-def _write_all(args: _Args, applied: Applied, env: MutableMapping[str, str]) -> None:
+def write_all(args: ArgsView, applied: Applied, env: MutableMapping[str, str]) -> None:
     """Write every decided attribute and variable, or none: a write that fails undoes the ones before it."""
     done: list[str] = []
     set_vars: dict[str, Optional[str]] = {}
@@ -332,7 +333,7 @@ def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", mo
     """
     from nsa_policy.api import resolve
 
-    args = _Args(server_args)
+    args = ArgsView(server_args)
     env = os.environ if env is None else env
     if device_index is not None:
         from nsa_policy.integration.discovery import auto_index
@@ -360,158 +361,14 @@ def apply(server_args: Any, *, policy: str = "default", device: Any = "auto", mo
     env_set = {**translated, **planned.env_set} if status == "applied" else {}
     applied = planned.model_copy(update={"release": release, "notes": tuple(notes), "env_set": env_set})
     if status == "applied":
-        _write_all(args, applied, env)
+        write_all(args, applied, env)
     level = logging.ERROR if status == "rejected" else (
         logging.WARNING if decision.warnings or applied.kept or notes else logging.INFO)
     logger.log(level, _message(applied, status), extra={
-        "nsa_policy": _record(applied, status), "nsa_decision": decision,
+        "nsa_policy": startup_record(applied, status), "nsa_decision": decision,
         "nsa_context": {"status": status, "written": dict(applied.written), "previous": dict(applied.previous),
                         "env_set": dict(applied.env_set), "kept": dict(applied.kept),
                         "sglang": release.model_dump(mode="json"), "notes": list(notes)}})
     if status == "rejected":
         raise StartupRejected(decision)
     return applied
-
-
-# ---------------------------------------------------------------- vLLM
-
-# decision output → vLLM argument it is written to (rules/catalog/vllm/args.yaml). The KV dtype written
-# is the one vLLM's selector should see (requested_kv_cache_dtype), as `launch` passes --kv-cache-dtype:
-# vLLM rewrites it after selection itself (fp8 → fp8_ds_mla on FLASHMLA_SPARSE).
-VLLM_TARGETS = (("attention_backend", "attention_backend"), ("requested_kv_cache_dtype", "kv_cache_dtype"),
-                ("page_size", "block_size"))
-
-
-def _vllm_backend_value(name: str, current: Any) -> Any:
-    """The value to store for a backend name: vLLM's AttentionBackendEnum member when vLLM is already
-    imported in this process (EngineArgs.attention_backend is typed with it), else the enum name."""
-    import sys
-
-    registry = sys.modules.get("vllm.v1.attention.backends.registry")
-    enum = getattr(registry, "AttentionBackendEnum", None) if registry is not None else None
-    if enum is not None and not isinstance(current, str):
-        return enum[name]
-    return name
-
-
-def _vllm_explicit(args: _Args, argument: str) -> Optional[tuple[str, Any]]:
-    """(attribute, value) of the user's explicit setting of a vLLM argument, or None when it is unset."""
-    from nsa_policy.engines.vllm.catalog import load_vllm
-
-    spec = load_vllm().argument(argument)
-    unset = (None, *spec.unset_values) + (("auto",) if argument == "kv_cache_dtype" else ())
-    for attr in spec.attributes:
-        if args.has(attr):
-            value = args.get(attr)
-            shown = value.name if hasattr(value, "name") and not isinstance(value, str) else value
-            if shown not in unset:
-                return attr, shown
-    cfg = args.get("attention_config")  # -ac '{"backend": …}' sets the same choice another way
-    if spec.attention_config_key and cfg is not None:
-        chosen = cfg.get(spec.attention_config_key) if isinstance(cfg, Mapping) else getattr(
-            cfg, spec.attention_config_key, None)
-        shown = getattr(chosen, "name", chosen) if not isinstance(chosen, str) else chosen
-        if shown not in unset:
-            return f"attention_config.{spec.attention_config_key}", shown
-    return None
-
-
-def plan_vllm(args: _Args, decision: Decision) -> Applied:
-    """What apply_vllm would write, without writing it: each decided output into the first attribute of
-    its vLLM argument the object has, only where the user left that argument unset."""
-    from nsa_policy.engines.vllm.catalog import load_vllm
-
-    written: dict[str, Any] = {}
-    previous: dict[str, Any] = {}
-    kept: dict[str, dict[str, Any]] = {}
-    if not decision.applies or decision.errors:
-        return Applied(decision=decision)
-    for output, argument in VLLM_TARGETS:
-        decided = getattr(decision, output)
-        if decided is None:
-            continue
-        explicit = _vllm_explicit(args, argument)
-        if explicit is not None:
-            attr, value = explicit
-            prov = decision.provenance.get(output)
-            # vllm-base's kv rules pass the explicit dtype through vLLM's model hook (bfloat16 -> auto on
-            # DeepSeek-V3.2): that is the same choice, not a different opinion
-            hooked = prov is not None and (prov.rule or "").startswith("vllm.kv.")
-            if str(value) != str(decided) and not hooked:
-                kept[attr] = {"explicit": value, "decided": decided}
-            continue
-        if argument == "kv_cache_dtype" and decided == "auto":
-            continue  # the engine's own default: nothing to write
-        target = next((a for a in load_vllm().argument(argument).attributes if args.has(a)), None)
-        if target is None:
-            continue  # the object does not carry this argument (a partial Namespace)
-        attr = target
-        previous[attr] = args.get(attr)
-        written[attr] = _vllm_backend_value(decided, previous[attr]) if argument == "attention_backend" else decided
-    return Applied(decision=decision, written=written, previous=previous, kept=kept)
-
-
-def apply_vllm(engine_args: Any, *, policy: str = "default", device: Any = "auto", model: Any = None,
-               logger: Optional[logging.Logger] = None, device_index: Optional[int] = None) -> Applied:
-    """vLLM's start-up hook: resolve from vLLM's EngineArgs (or an argparse Namespace / mutable mapping with
-    vLLM's names) with a vLLM bundle and write the attention backend, KV-cache dtype and block size into
-    the fields the user left unset (attention_backend None/auto and no attention_config.backend;
-    kv_cache_dtype auto; block_size None). Explicit values are never replaced, only logged when the
-    policy differs. Call it before EngineArgs.create_engine_config().
-
-    policy: "default" (= vllm-default) or a vllm-* bundle. device/device_index/model/logger as in apply().
-    Raises InputError for arguments that cannot be read or a policy that is not vLLM's, StartupRejected
-    (a PolicyError) when rejected; nothing is written then.
-    """
-    from nsa_policy.api import engine_for, resolve
-
-    args = _Args(engine_args)
-    if engine_for(policy, None, None) != "vllm" and policy != "default":
-        raise InputError("policy", policy, valid=["default", "vllm-default", "vllm-0.33"],
-                         hint="apply_vllm resolves with a vLLM bundle")
-    if device_index is not None:
-        if isinstance(device_index, bool) or not isinstance(device_index, int) or device_index < 0:
-            raise InputError("device_index", device_index, hint="a CUDA device index, an int >= 0")
-        device = f"auto:{device_index}"
-    logger = logger or logging.getLogger(LOGGER_NAME)
-    source = engine_args if args.is_mapping else _vllm_fields(args)
-    decision = resolve(source, device=device, model=model, policy=policy, engine="vllm", raise_on_error=False)
-    applied = plan_vllm(args, decision)
-    status = "rejected" if decision.errors else ("applied" if decision.applies else "not_applicable")
-    if status == "applied":
-        _write_all(args, applied, {})
-    level = logging.ERROR if status == "rejected" else (
-        logging.WARNING if decision.warnings or applied.kept else logging.INFO)
-    record = _record(applied, status)
-    record["decision"] = {f: getattr(decision, f) for f in (
-        "attention_backend", "requested_kv_cache_dtype", "kv_cache_dtype", "page_size", "kv_cache_layout",
-        "dense_attn_kv_len_threshold", "indexer_cache_dtype", "heads_per_rank")}
-    logger.log(level, _vllm_message(applied, status), extra={
-        "nsa_policy": record, "nsa_decision": decision,
-        "nsa_context": {"status": status, "engine": "vllm", "written": {k: str(v) for k, v in applied.written.items()},
-                        "previous": dict(applied.previous), "kept": dict(applied.kept)}})
-    if status == "rejected":
-        raise StartupRejected(decision)
-    return applied
-
-
-def _vllm_fields(args: _Args) -> dict[str, Any]:
-    """The vLLM arguments an attribute object carries, by their names (EngineArgs has many more)."""
-    from nsa_policy.engines.vllm.catalog import load_vllm
-
-    names = [a for arg in load_vllm().args_doc.arguments for a in arg.attributes] + ["attention_config"]
-    return {n: args.get(n) for n in names if args.has(n) and args.get(n) is not None}
-
-
-def _vllm_message(applied: Applied, status: str) -> str:
-    d = applied.decision
-    if status == "rejected":
-        return explain_rejection(d)
-    head = f"nsa-policy {d.policy} ({d.policy_digest}) on {d.device} ({d.device_class}), model {d.model or d.architecture}"
-    if status == "not_applicable":
-        return head + ": not a DSA model, nothing to set"
-    text = head + ": " + ", ".join(f"{f}={getattr(d, f)}" for f in (
-        "attention_backend", "requested_kv_cache_dtype", "kv_cache_dtype", "page_size"))
-    if applied.written:
-        text += "; wrote " + ", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in applied.written.items())
-    return text + _kept_and_warnings(applied, d)

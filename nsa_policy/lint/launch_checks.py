@@ -15,8 +15,8 @@ from nsa_policy.core.bundle import CompiledBundle, get_bundle, list_bundles
 from nsa_policy.core.decision import Finding
 from nsa_policy.core.facts import THRESHOLD_ENV_VARS, DeviceFacts, ModelFacts, ServingConfig
 from nsa_policy.engines.sglang.args import Argument, Spelling
+from nsa_policy.engines.sglang.config import ATTN_DP_NAMES
 from nsa_policy.engines.sglang.flags import FlagInfo, field_kind, known_non_dsa_models, load_flags
-from nsa_policy.inputs import ATTN_DP_NAMES
 from nsa_policy.lint.report import Arg, Diagnostic, Hint, Launch, Location
 
 # A launch names the machine through its device; the packages installed are the machine's too.

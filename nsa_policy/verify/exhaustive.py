@@ -22,12 +22,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from nsa_policy.base.errors import InputError, RuleFileError
+from nsa_policy.base.errors import RuleFileError
 from nsa_policy.catalog.codes import load_codes
 from nsa_policy.catalog.store import load_catalog
 from nsa_policy.core.bundle import CompiledBundle, compile_bundle, concrete_bundles, get_bundle
 from nsa_policy.core.evaluator import evaluate
-from nsa_policy.verify.invariants import INVARIANTS
+from nsa_policy.verify.invariants import invariant_titles
 from nsa_policy.verify.references import code_problems, declared_wins, evidence_basis, literal_problems, wins_over_problems
 from nsa_policy.verify.run import RECORD_FIELDS, SpaceRun, near_misses, run_space
 from nsa_policy.verify.space import FactsBuilder, Space, space_for
@@ -187,7 +187,7 @@ def dynamic_issues(bundle: CompiledBundle, space: Space, run: SpaceRun, policy: 
         out.append(Issue("undecided", ",".join(missing), f"accepted with {', '.join(missing)} unset",
                          agg.count, ex(agg.example)))
     for (name, _detail), agg in sorted(run.violations.items()):
-        out.append(Issue("invariant", name, f"{INVARIANTS[name]}: {agg.info}", agg.count, ex(agg.example)))
+        out.append(Issue("invariant", name, f"{invariant_titles()[name]}: {agg.info}", agg.count, ex(agg.example)))
     out.extend(_rejections_without_alternatives(bundle, space, run, policy))
     return out
 
@@ -211,7 +211,7 @@ def _rejections_without_alternatives(bundle: CompiledBundle, space: Space, run: 
         example = example_of(space, key[1], bundle, policy)
         example["accepted_alternative"] = space.point(fix).as_input()
         out.append(Issue("invariant", "rejection-lists-alternative",
-                         f"{INVARIANTS['rejection-lists-alternative']}: rejected by {', '.join(rules)} with no "
+                         f"{invariant_titles()['rejection-lists-alternative']}: rejected by {', '.join(rules)} with no "
                          f"alternative listed, though changing the fields at fault is accepted ({count} inputs)",
                          count, example))
     return out
@@ -228,26 +228,18 @@ def load_for_check(policy: str) -> CompiledBundle:
     return get_bundle(policy)
 
 
-# The engines whose bundles `check` checks: each has its space (space.space_for), its invariants
-# (invariants.py, vllm_invariants.py), the literal values its rules may name (references._value_domains)
-# and the outputs its decisions hold (run.OPTIONAL_OUTPUTS). A new engine is added here once it has them.
-CHECKED_ENGINES = ("sglang", "vllm")
-
-
 def checked_bundles() -> list[str]:
-    """The shipped concrete bundles `check` checks (those of CHECKED_ENGINES)."""
-    return [n for n in concrete_bundles() if get_bundle(n).engine in CHECKED_ENGINES]
+    """The shipped concrete bundles `check` checks: every registered engine's (each has its space, its
+    invariants, the literal values its rules may name and the outputs its decisions hold)."""
+    from nsa_policy import engines
 
-
-def unchecked_bundles() -> list[str]:
-    """The shipped concrete bundles `check` leaves out (another engine's)."""
-    return [n for n in concrete_bundles() if get_bundle(n).engine not in CHECKED_ENGINES]
+    return [n for n in concrete_bundles() if get_bundle(n).engine in engines.names()]
 
 
 def check_bundle(policy: str, *, space: Optional[Space] = None, workers: Optional[int] = None,
                  cases: Optional[list] = None, quiet: bool = False, label: Optional[str] = None) -> CheckReport:
-    """Check one bundle. Raises InputError for an unknown policy name, or a bundle of an engine not in
-    CHECKED_ENGINES; a rule file that does not compile is reported as a `schema` issue. A progress line
+    """Check one bundle. Raises InputError for an unknown policy name, or a bundle of an engine that is not
+    registered; a rule file that does not compile is reported as a `schema` issue. A progress line
     (`label`, default `check NAME`) shows on a terminal's stderr unless `quiet`."""
     from nsa_policy.progress import Progress
 
@@ -257,9 +249,9 @@ def check_bundle(policy: str, *, space: Optional[Space] = None, workers: Optiona
     except RuleFileError as exc:
         return CheckReport(bundle=policy, policy=policy, issues=[Issue("schema", exc.path, str(exc))],
                            seconds=time.perf_counter() - started)
-    if bundle.engine not in CHECKED_ENGINES:
-        raise InputError("--policy", policy, valid=list(CHECKED_ENGINES),
-                         hint=f"{bundle.name} describes engine {bundle.engine}; check has invariants for these engines")
+    from nsa_policy import engines
+
+    engines.get(bundle.engine, "--policy")  # an engine that is not registered has no space or invariants
     space = space or space_for([bundle])
     report = CheckReport(bundle=bundle.name, policy=policy, compat=bundle.compat, digest=bundle.digest,
                          inputs=len(space), space=space.summary())

@@ -24,38 +24,19 @@ CITATION = re.compile(r"(sglang|flashinfer|vllm)\s*(PR\s*)?#\d+|PR\s*#\d+|POLICY
                       re.IGNORECASE)
 
 
-def _value_domains(catalog: Catalog, engine: str = "sglang") -> dict[str, tuple[list[str], str]]:
-    """fact path → (valid literal values, what they are), in the engine's own vocabulary."""
-    backends = catalog.backend_names
-    kv = ["auto", *KV_DTYPES]
-    common: dict[str, tuple[list[str], str]] = {
-        "device.class": (list(catalog.device_doc.classes), "device class"),
-        "device.name": (catalog.device_choices, "catalog device"),
-        "device.vendor": (list(dict.fromkeys(c.vendor for c in catalog.device_doc.classes.values())), "vendor"),
-        "model.family": (list(catalog.model_doc.families), "model family"),
-        "model.id": (catalog.model_ids, "catalog model"),
-    }
-    if engine == "vllm":  # vLLM's KV dtypes and backend enum names (rules/catalog/vllm/*.yaml), not sglang's
-        from nsa_policy.engines.vllm.catalog import load_vllm
+def value_domains(catalog: Catalog, engine: str) -> dict[str, tuple[list[str], str]]:
+    """fact path → (valid literal values, what they are), in the engine's own vocabulary: the catalog's
+    names, then what the engine narrows or adds (its KV dtype and backend names)."""
+    from nsa_policy import engines
 
-        v = load_vllm()
-        vkv = list(v.argument("kv_cache_dtype").choices or ())
-        vbackends = v.backend_names
-        return {**common,
-                "config.kv_cache_dtype": (vkv, "vLLM KV dtype"),
-                "out.kv_cache_dtype": (vkv, "vLLM KV dtype"),
-                "out.requested_kv_cache_dtype": (vkv, "vLLM KV dtype"),
-                "config.attention_backend": (vbackends, "vLLM attention backend"),
-                "out.attention_backend": (vbackends, "vLLM attention backend"),
-                "config.indexer_kv_dtype": (list(v.doc.indexer.cache_dtypes), "DSA indexer dtype"),
-                "out.indexer_cache_dtype": (sorted(set(v.doc.indexer.cache_dtypes.values())), "DSA indexer cache dtype")}
-    return {
+    backends = catalog.backend_names
+    domains: dict[str, tuple[list[str], str]] = {
         "device.class": (list(catalog.device_doc.classes), "device class"),
         "device.name": (catalog.device_choices, "catalog device"),
         "device.vendor": (list(dict.fromkeys(c.vendor for c in catalog.device_doc.classes.values())), "vendor"),
         "model.family": (list(catalog.model_doc.families), "model family"),
         "model.id": (catalog.model_ids, "catalog model"),
-        "config.kv_cache_dtype": (kv, "KV dtype"),
+        "config.kv_cache_dtype": (["auto", *KV_DTYPES], "KV dtype"),
         "out.kv_cache_dtype": (list(KV_DTYPES), "KV dtype"),
         "config.nsa_prefill_backend": (backends, "backend"),
         "config.nsa_decode_backend": (backends, "backend"),
@@ -64,6 +45,8 @@ def _value_domains(catalog: Catalog, engine: str = "sglang") -> dict[str, tuple[
         "cap.prefill.status": (["supported", "degraded", "unsupported"], "capability status"),
         "cap.decode.status": (["supported", "degraded", "unsupported"], "capability status"),
     }
+    engines.get(engine).value_domains(catalog, domains)
+    return domains
 
 
 def _literals(pred: Any) -> list:
@@ -80,8 +63,8 @@ def _literals(pred: Any) -> list:
     return [pred]
 
 
-def literal_problems(rule: CompiledRule, catalog: Catalog, engine: str = "sglang") -> Iterator[str]:
-    domains = _value_domains(catalog, engine)
+def literal_problems(rule: CompiledRule, catalog: Catalog, engine: str) -> Iterator[str]:
+    domains = value_domains(catalog, engine)
     known_pkgs = set(PACKAGES) | {spec.package for spec in catalog.backends.values()}
     for path, pred in leaves(rule.when):
         if path.startswith("pkg.") and path[4:] not in known_pkgs:
@@ -95,7 +78,7 @@ def literal_problems(rule: CompiledRule, catalog: Catalog, engine: str = "sglang
                 near = closest(lit, valid)
                 yield (f"condition on {path} names {lit!r}, not a {what}"
                        + (f"; did you mean {near!r}?" if near else f"; valid: {', '.join(map(str, valid))}"))
-    kv_valid = domains["out.kv_cache_dtype"][0] if engine == "vllm" else list(KV_DTYPES)
+    kv_valid = domains["out.kv_cache_dtype"][0]
     for out, value in rule.sets:
         if out == "kv_cache_dtype" and isinstance(value, Fixed) and isinstance(value.literal, str) \
                 and value.literal not in kv_valid:

@@ -18,31 +18,19 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, cast
 
+from nsa_policy import engines
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
 from nsa_policy.core.bundle import CompiledBundle
 from nsa_policy.core.conditions import Namespace, conjuncts
 from nsa_policy.core.decision import DECISION_OUTPUTS, RECORDED_FIELDS, outputs_for
 from nsa_policy.core.evaluator import evaluate
 from nsa_policy.core.namespace import KV_ALIASES, outputs_read
-from nsa_policy.engines.vllm.invariants import NOT_VLLM_OUTPUTS
 from nsa_policy.verify.invariants import check_invariants  # imported here, not in forked workers
 from nsa_policy.verify.space import FactsBuilder, Point, Space
 
 RECORD_FIELDS = RECORDED_FIELDS  # the Decision fields tagged `recorded`
 # Every DSA decision that is not rejected sets all its outputs.
 ESSENTIAL = RECORD_FIELDS + tuple(f for f in DECISION_OUTPUTS if f not in RECORD_FIELDS)
-# input fields at fault (Finding.fields) → the space dimension that varies them
-FIELD_DIMS = {"kv_cache_dtype": "kv_cache_dtype", "nsa_prefill_backend": "prefill", "nsa_decode_backend": "decode",
-              "tp_size": "parallel", "dp_size": "parallel", "enable_dp_attention": "parallel",
-              "enable_hisparse": "hisparse", "disable_radix_cache": "hisparse", "page_size": "extra",
-              "quantization": "extra", "dense_attn_kv_len_threshold": "threshold"}
-# the same over vLLM's space (space.vllm_space's dimensions)
-VLLM_FIELD_DIMS = {"kv_cache_dtype": "kv_cache_dtype", "attention_backend": "attention_backend",
-                   "tp_size": "parallel", "dcp_size": "parallel", "page_size": "block_size",
-                   "indexer_kv_dtype": "extra"}
-ENGINE_FIELD_DIMS = {"sglang": FIELD_DIMS, "vllm": VLLM_FIELD_DIMS}
-# Outputs an engine's decisions never set, so an accepted decision without them is not undecided.
-OPTIONAL_OUTPUTS = {"vllm": NOT_VLLM_OUTPUTS}
 
 
 def _reads_outputs(reads: tuple[str, ...]) -> tuple[str, ...]:
@@ -380,7 +368,7 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
         if rec[0] == "accepted":
             given = bundle.left_as_given.get(decision.device_class, frozenset())  # the release leaves these alone
             decided = [f for f in outputs_for(decision.engine, decision.dsa_scope)
-                       if f not in given and f not in OPTIONAL_OUTPUTS.get(decision.engine, ())]
+                       if f not in given and f not in engines.get(decision.engine).optional_outputs]
             missing = tuple(f for f in ESSENTIAL if getattr(decision, f) is None and f in decided)
             if missing:
                 run.undecided.setdefault(missing, Agg()).add(key)
@@ -388,7 +376,7 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
             for name, detail, message in check_invariants(decision, facts, catalog):
                 run.violations.setdefault((name, detail), Agg()).add(key, message)
             if rec[0] == "rejected" and not any(e.alternatives for e in decision.errors):
-                field_dims = ENGINE_FIELD_DIMS.get(decision.engine, FIELD_DIMS)
+                field_dims = engines.get(decision.engine).field_dims
                 dims = tuple(sorted({field_dims[f] for e in decision.errors for f in e.fields if f in field_dims}))
                 if dims:
                     run.no_alternatives.append((gi, dims, tuple(sorted({e.rule for e in decision.errors}))))
@@ -529,5 +517,5 @@ def normalise_kv(value: Optional[str]) -> Optional[str]:
     return KV_ALIASES.get(value, value) if value is not None else None
 
 
-__all__ = ["RECORD_FIELDS", "FIELD_DIMS", "Probe", "SpaceRun", "probe_bundle", "run_space", "record_of",
+__all__ = ["RECORD_FIELDS", "Probe", "SpaceRun", "probe_bundle", "run_space", "record_of",
            "KV_DTYPES", "normalise_kv", "Point"]

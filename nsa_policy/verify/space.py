@@ -77,7 +77,7 @@ class Dim:
 class Block:
     name: str
     dims: tuple[Dim, ...]
-    engine: str = "sglang"  # the engine whose argument names the config values use (ServingConfig.engine)
+    engine: Optional[str] = None  # the engine whose argument names the config values use (None: the default one)
 
     @cached_property
     def size(self) -> int:
@@ -191,9 +191,11 @@ class Point:
         if device is None:  # every block of the space has a device dimension
             raise ValueError(f"point {self.index} has no device value: no resolve command reproduces it")
         words = [f"{k}={v}" for k, v in env.items()] + ["nsa-policy", "resolve", "--device", device]
-        if self.block.engine != "sglang":
+        if self.block.engine is not None:
+            from nsa_policy import engines
+
             words += ["--engine", self.block.engine]
-            flags = {**_VLLM_FLAGS, **(flags or {})}
+            flags = {**engines.get(self.block.engine).resolve_flags, **(flags or {})}
         prefix = ""
         if isinstance(model, dict) and set(model) - {"architectures", "index_topk", "num_attention_heads"}:
             # keys no resolve flag carries (learnable_sink, index_kpool, …): write the config.json first
@@ -283,7 +285,8 @@ class Space:
 
 # ---------------------------------------------------------------- the standard space
 
-def _cfg(label: str, **config: Any) -> Value:
+def cfg_value(label: str, **config: Any) -> Value:
+    """A value of a config dimension: its label and the ServingConfig fields it sets."""
     return Value(label=label, config=tuple(config.items()))
 
 
@@ -358,28 +361,28 @@ def representative_models(catalog: Catalog, bundles: Iterable[Any] = ()) -> list
 
 
 SHAPES = (
-    _cfg("tp1"),
-    _cfg("tp8", tp_size=8),
-    _cfg("tp8 dp8 dp-attention", tp_size=8, dp_size=8, enable_dp_attention=True),
+    cfg_value("tp1"),
+    cfg_value("tp8", tp_size=8),
+    cfg_value("tp8 dp8 dp-attention", tp_size=8, dp_size=8, enable_dp_attention=True),
 )
 BAD_SHAPES = (
-    _cfg("tp1"),
-    _cfg("tp6", tp_size=6),
-    _cfg("tp8 dp3 dp-attention", tp_size=8, dp_size=3, enable_dp_attention=True),
+    cfg_value("tp1"),
+    cfg_value("tp6", tp_size=6),
+    cfg_value("tp8 dp3 dp-attention", tp_size=8, dp_size=3, enable_dp_attention=True),
 )
 HISPARSE = (
-    _cfg("off"),
-    _cfg("on (radix cache on)", enable_hisparse=True),
-    _cfg("on (radix cache off)", enable_hisparse=True, disable_radix_cache=True),
+    cfg_value("off"),
+    cfg_value("on (radix cache on)", enable_hisparse=True),
+    cfg_value("on (radix cache off)", enable_hisparse=True, disable_radix_cache=True),
 )
 
 
 def _thresholds(topk: int) -> tuple[Value, ...]:
     env_var = THRESHOLD_ENV_VARS[0]
     return (
-        _cfg(f"{topk // 2} (flag)", dense_attn_kv_len_threshold=topk // 2),
-        _cfg(f"{topk * 2} (flag)", dense_attn_kv_len_threshold=topk * 2),
-        _cfg("131072 (flag)", dense_attn_kv_len_threshold=131072),
+        cfg_value(f"{topk // 2} (flag)", dense_attn_kv_len_threshold=topk // 2),
+        cfg_value(f"{topk * 2} (flag)", dense_attn_kv_len_threshold=topk * 2),
+        cfg_value("131072 (flag)", dense_attn_kv_len_threshold=131072),
         Value(label="131072 (env)", env=((env_var, "131072"),)),
         # the DSA name alone: sglang up to 0.5.12 does not read it, 0.5.13+ read only it (SGLANG-RELEASES.md §3.3)
         Value(label="131072 (DSA env)", env=((THRESHOLD_ENV_VARS[1], "131072"),)),
@@ -390,12 +393,12 @@ def _thresholds(topk: int) -> tuple[Value, ...]:
 
 
 EXTRAS = (
-    _cfg("page_size 1", page_size=1),
-    _cfg("page_size 64", page_size=64),
-    _cfg("page_size 16", page_size=16),
+    cfg_value("page_size 1", page_size=1),
+    cfg_value("page_size 64", page_size=64),
+    cfg_value("page_size 16", page_size=16),
     # a page size of 64 or more that is not the model's 64 x index_kpool (default: page-size.cuda-conflict-index-kpool)
-    _cfg("page_size 128", page_size=128),
-    _cfg("modelopt_fp4 (tp8 dp8 dp-attention)", quantization="modelopt_fp4", tp_size=8, dp_size=8,
+    cfg_value("page_size 128", page_size=128),
+    cfg_value("modelopt_fp4 (tp8 dp8 dp-attention)", quantization="modelopt_fp4", tp_size=8, dp_size=8,
          enable_dp_attention=True),
     Value(label="flashinfer-python 0.6.7", packages=(("flashinfer-python", "0.6.7"),)),
     Value(label="flashinfer-python 0.6.14", packages=(("flashinfer-python", "0.6.14"),)),
@@ -407,9 +410,9 @@ EXTRAS = (
           env=(("SGLANG_USE_AITER", "1"), ("SGLANG_NSA_HIP_DISABLE_PRESHUFFLE", "1")), packages=(("triton", "3.6.0"),)),
     # flag spellings the releases judge: deprecated from 0.5.13, refused from 0.5.20; added in 0.5.22
     Value(label="spelt --nsa-prefill-backend", spellings=("--nsa-prefill-backend",)),
-    _cfg("spelt --attn-dp-size 8 (tp8)", tp_size=8, dp_size=8,
+    cfg_value("spelt --attn-dp-size 8 (tp8)", tp_size=8, dp_size=8,
          enable_dp_attention=True)._replace_spellings(("--attn-dp-size",)),
-    _cfg("spelt --enable-dp-attention (tp8 dp8)", tp_size=8, dp_size=8,
+    cfg_value("spelt --enable-dp-attention (tp8 dp8)", tp_size=8, dp_size=8,
          enable_dp_attention=True)._replace_spellings(("--enable-dp-attention",)),
 )
 
@@ -432,34 +435,34 @@ def _model_variants(topk: int) -> tuple[Value, ...]:
 
 
 SERVING_VARIANTS = (
-    _cfg("default"),
-    _cfg("dcp_size 2", dcp_size=2),
-    _cfg("dcp_size 2 with HiSparse", dcp_size=2, enable_hisparse=True, disable_radix_cache=True),
+    cfg_value("default"),
+    cfg_value("dcp_size 2", dcp_size=2),
+    cfg_value("dcp_size 2 with HiSparse", dcp_size=2, enable_hisparse=True, disable_radix_cache=True),
     # HiSparse on the variant architectures (family-only ones are validated on the values as given)
-    _cfg("HiSparse", enable_hisparse=True, disable_radix_cache=True),
-    _cfg("prefill context parallel (interleave)", enable_prefill_cp=True, cp_strategy="interleave"),
-    _cfg("two-batch overlap", enable_two_batch_overlap=True),
+    cfg_value("HiSparse", enable_hisparse=True, disable_radix_cache=True),
+    cfg_value("prefill context parallel (interleave)", enable_prefill_cp=True, cp_strategy="interleave"),
+    cfg_value("two-batch overlap", enable_two_batch_overlap=True),
 )
 
 
 # Prefill context parallel as the sglang releases check it (strategy, DP, world size, PD role, dcp); the
 # generic switch of 0.5.10-0.5.19 with its zigzag default.
 PREFILL_CP_VARIANTS = (
-    _cfg("prefill CP interleave (tp8)", enable_prefill_cp=True, cp_strategy="interleave", tp_size=8),
-    _cfg("prefill CP zigzag (tp8)", enable_prefill_cp=True, cp_strategy="zigzag", tp_size=8),
-    _cfg("prefill CP without a strategy (tp8)", enable_prefill_cp=True, tp_size=8),
-    _cfg("prefill CP interleave (tp8 dp8 dp-attention)", enable_prefill_cp=True, cp_strategy="interleave",
+    cfg_value("prefill CP interleave (tp8)", enable_prefill_cp=True, cp_strategy="interleave", tp_size=8),
+    cfg_value("prefill CP zigzag (tp8)", enable_prefill_cp=True, cp_strategy="zigzag", tp_size=8),
+    cfg_value("prefill CP without a strategy (tp8)", enable_prefill_cp=True, tp_size=8),
+    cfg_value("prefill CP interleave (tp8 dp8 dp-attention)", enable_prefill_cp=True, cp_strategy="interleave",
          tp_size=8, dp_size=8, enable_dp_attention=True),
-    _cfg("prefill CP zigzag (tp16)", enable_prefill_cp=True, cp_strategy="zigzag", tp_size=16),
-    _cfg("prefill CP interleave on a PD decode worker (tp8)", enable_prefill_cp=True, cp_strategy="interleave",
+    cfg_value("prefill CP zigzag (tp16)", enable_prefill_cp=True, cp_strategy="zigzag", tp_size=16),
+    cfg_value("prefill CP interleave on a PD decode worker (tp8)", enable_prefill_cp=True, cp_strategy="interleave",
          tp_size=8, disaggregation_mode="decode"),
-    _cfg("prefill CP interleave with dcp 2 (tp8)", enable_prefill_cp=True, cp_strategy="interleave", tp_size=8,
+    cfg_value("prefill CP interleave with dcp 2 (tp8)", enable_prefill_cp=True, cp_strategy="interleave", tp_size=8,
          dcp_size=2),
-    _cfg("generic prefill CP switch, zigzag (tp8 dp8 dp-attention)", enable_prefill_context_parallel=True,
+    cfg_value("generic prefill CP switch, zigzag (tp8 dp8 dp-attention)", enable_prefill_context_parallel=True,
          cp_strategy="zigzag", tp_size=8, dp_size=8, enable_dp_attention=True),
-    _cfg("DSA cache layer split, interleave CP, PD prefill (tp8)", enable_dsa_cache_layer_split=True,
+    cfg_value("DSA cache layer split, interleave CP, PD prefill (tp8)", enable_dsa_cache_layer_split=True,
          enable_prefill_cp=True, cp_strategy="interleave", tp_size=8, disaggregation_mode="prefill"),
-    _cfg("DSA cache layer split without CP (tp8)", enable_dsa_cache_layer_split=True, tp_size=8),
+    cfg_value("DSA cache layer split without CP (tp8)", enable_dsa_cache_layer_split=True, tp_size=8),
 )
 
 
@@ -472,14 +475,14 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
     models = representative_models(catalog, bundles)
     model = Dim("model", tuple(Value(label=m, model=m) for m in models), counts_for_size=False)
     topk = min((catalog.model(m).index_topk or 2048) for m in models) if models else 2048
-    kv3 = Dim("kv_cache_dtype", (_cfg("auto"), _cfg("bfloat16", kv_cache_dtype="bfloat16"),
-                                 _cfg("fp8_e4m3", kv_cache_dtype="fp8_e4m3")))
-    kv4 = Dim("kv_cache_dtype", kv3.values + (_cfg(INVALID_KV, kv_cache_dtype=INVALID_KV),))
+    kv3 = Dim("kv_cache_dtype", (cfg_value("auto"), cfg_value("bfloat16", kv_cache_dtype="bfloat16"),
+                                 cfg_value("fp8_e4m3", kv_cache_dtype="fp8_e4m3")))
+    kv4 = Dim("kv_cache_dtype", kv3.values + (cfg_value(INVALID_KV, kv_cache_dtype=INVALID_KV),))
     names = catalog.backend_names
 
     def side(phase: str, choices: Sequence[Optional[str]]) -> Dim:
         key = f"nsa_{phase}_backend"
-        return Dim(phase, tuple(_cfg("unset") if c is None else _cfg(c, **{key: c}) for c in choices))
+        return Dim(phase, tuple(cfg_value("unset") if c is None else cfg_value(c, **{key: c}) for c in choices))
 
     all_choices = [None] + names
     bad_choices = [None, "trtllm", INVALID_BACKEND]
@@ -506,94 +509,23 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
                                       counts_for_size=False),
                           Dim("kv_cache_dtype", (kv4.values[0], kv4.values[3])),
                           side("prefill", [None, names[0]]), Dim("hisparse", HISPARSE[:3:2]),
-                          Dim("threshold", (_cfg("unset"), _thresholds(topk)[0])),
+                          Dim("threshold", (cfg_value("unset"), _thresholds(topk)[0])),
                           Dim("serving", (SERVING_VARIANTS[0], SERVING_VARIANTS[5])))),
     )
     return Space(blocks, description="device classes × one catalog model per DSA family × KV dtypes × "
                                      "backend choices × shapes × HiSparse × thresholds × extras")
 
 
-# ---------------------------------------------------------------- vLLM's space
-
-# resolve --engine vllm's own flags for the config fields that are not sglang serving options
-_VLLM_FLAGS = {"attention_backend": "--attention-backend", "page_size": "--block-size"}
-VLLM_INVALID_BACKEND = "FLASHMLA_SPARS"  # a typo of a real name, so NSA050's "did you mean" runs
-VLLM_INVALID_KV = "fp8_e3m4"
-VLLM_INVALID_INDEXER = "fp4"
-
-
-def vllm_space(catalog: Optional[Catalog] = None) -> Space:
-    """The space a vllm-* bundle is checked over (engine vllm, vLLM's values from rules/catalog/vllm/*.yaml):
-    the grid of the differential harness (scripts/vllm_oracle: device × model × TP × DCP × KV dtype ×
-    forced backend × block size), split into blocks, with the attention-config options and malformed input.
-
-    - ``selection``: device × model × KV dtype × forced backend × TP/DCP shape.
-    - ``block_size``: device × model × KV dtype × forced backend × block size (tp1).
-    - ``extras``: device × model × KV dtype × {indexer KV dtype, PCP, forced MQA} (auto selection).
-    - ``input``: unknown backend and KV dtype names, a lower-case backend, × KV dtype × {an unknown indexer
-      dtype, a TP size the heads do not split over}.
-    - ``other_devices``: Intel XPU and CPU (refused with NSA155) × model × KV dtype × {auto, one forced}.
-    - ``not_dsa``: a model without DSA on every device.
-    """
-    from nsa_policy.engines.vllm.catalog import load_vllm
-
-    catalog = catalog or load_catalog()
-    v = load_vllm()
-    # the device classes of the vendors vLLM's catalog describes (its DSA indexer: CUDA and ROCm)
-    device = Dim("device", tuple(Value(label=c, device=c, covers=(c,)) for c in catalog.device_doc.classes
-                                 if catalog.device(c).vendor in v.doc.indexer.block_sizes), counts_for_size=False)
-    # one model per family vLLM's backend checks have the MLA dimensions of (catalog `mla`)
-    families = catalog.model_doc.families
-    models = [m for m in representative_models(catalog) if (f := catalog.model(m).family) and families[f].mla]
-    model = Dim("model", tuple(Value(label=m, model=m) for m in models), counts_for_size=False)
-    kv = Dim("kv_cache_dtype", (_cfg("auto"),) + tuple(
-        _cfg(k, kv_cache_dtype=k) for k in v.argument("kv_cache_dtype").choices or () if k != "auto"))
-    forced = Dim("attention_backend", (_cfg("unset"),) + tuple(
-        _cfg(b, attention_backend=b) for b in v.backend_names))
-    shapes = Dim("parallel", (_cfg("tp1"), _cfg("tp2", tp_size=2), _cfg("tp4", tp_size=4), _cfg("tp8", tp_size=8),
-                              _cfg("tp16", tp_size=16), _cfg("tp8 dcp2", tp_size=8, dcp_size=2),
-                              # 32+ heads per rank under DCP: FlashMLA's builder refuses it after selection
-                              _cfg("tp2 dcp2", tp_size=2, dcp_size=2)))
-    blocks = Dim("block_size", tuple(_cfg(f"block_size {n}", page_size=n) for n in (1, 16, 32, 64)))
-    extras = Dim("extra", (
-        _cfg("indexer_kv_dtype fp8", indexer_kv_dtype="fp8"),
-        _cfg("indexer_kv_dtype mxfp4", indexer_kv_dtype="mxfp4"),
-        _cfg("prefill_context_parallel_size 2 (tp8 dcp2)", prefill_context_parallel_size=2, tp_size=8, dcp_size=2),
-        _cfg("sparse_mla_force_mqa", sparse_mla_force_mqa=True),
-    ))
-    bad = Dim("attention_backend", (_cfg("unset"), _cfg(VLLM_INVALID_BACKEND, attention_backend=VLLM_INVALID_BACKEND),
-                                    _cfg("flashmla_sparse (lower case)", attention_backend="flashmla_sparse")))
-    bad_kv = Dim("kv_cache_dtype", (_cfg("auto"), _cfg("fp8", kv_cache_dtype="fp8"),
-                                    _cfg(VLLM_INVALID_KV, kv_cache_dtype=VLLM_INVALID_KV)))
-    bad_other = Dim("input", (_cfg("valid"), _cfg(f"indexer_kv_dtype {VLLM_INVALID_INDEXER}",
-                                                   indexer_kv_dtype=VLLM_INVALID_INDEXER),
-                              _cfg("tp6 (heads do not split)", tp_size=6)))
-    # devices vLLM's DSA catalog does not describe (Intel XPU, CPU): the bundles must refuse them with a finding
-    others = Dim("device", tuple(Value(label=c, device=c, covers=(c,)) for c in catalog.device_doc.classes
-                                 if catalog.device(c).vendor not in v.doc.indexer.block_sizes), counts_for_size=False)
-    not_dsa = Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),), counts_for_size=False)
-    return Space((
-        Block("selection", (device, model, kv, forced, shapes), engine="vllm"),
-        Block("block_size", (device, model, kv, forced, blocks), engine="vllm"),
-        Block("extras", (device, model, kv, extras), engine="vllm"),
-        Block("input", (device, model, bad_kv, bad, bad_other), engine="vllm"),
-        Block("other_devices", (others, model, kv, Dim("attention_backend", forced.values[:2])), engine="vllm"),
-        Block("not_dsa", (device, not_dsa, bad_kv), engine="vllm"),
-    ), description="vLLM: device classes × one catalog model per vLLM DSA family × KV dtypes × forced backends × "
-                   "TP/DCP shapes × block sizes × attention-config options; XPU/CPU; a model without DSA")
-
-
 def space_for(bundles: Sequence[Any], catalog: Optional[Catalog] = None) -> Space:
     """The space bundles are checked (or diffed) over: their engine's (vLLM's facts are not sglang's)."""
+    from nsa_policy import engines
     from nsa_policy.base.errors import InputError
 
-    engines = sorted({getattr(b, "engine", "sglang") for b in bundles})
-    if len(engines) > 1:
+    names = sorted({b.engine for b in bundles})
+    if len(names) > 1:
         raise InputError("policy", ", ".join(b.name for b in bundles),
-                         hint=f"bundles of different engines ({', '.join(engines)}) have no space in common")
-    if engines == ["vllm"]:
-        return vllm_space(catalog)
-    return standard_space(bundles, catalog)
+                         hint=f"bundles of different engines ({', '.join(names)}) have no space in common")
+    return engines.get(names[0] if names else engines.DEFAULT).space(bundles, catalog)
 
 
 # ---------------------------------------------------------------- points → facts (cached: many points share parts)
@@ -628,7 +560,7 @@ class FactsBuilder:
                 config.update(v.config)
                 env.update(v.env)
                 packages.update(v.packages)
-            if point.block.engine != "sglang":
+            if point.block.engine is not None:
                 config["engine"] = point.block.engine
             hit = self._parts[key] = (ServingConfig(**config), environment_from(env, packages))
         return hit

@@ -12,12 +12,13 @@ import pytest
 
 from nsa_policy.base.errors import InputError
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.core.alternatives import KINDS, compile_alternatives
-from nsa_policy.core.bundle import FirstValid, Fixed, FromFact, VllmFirstValid, concrete_bundles, get_bundle
+from nsa_policy.core.alternatives import compile_alternatives, kinds
+from nsa_policy.core.bundle import FirstValid, Fixed, FromFact, concrete_bundles, get_bundle
 from nsa_policy.core.decision import OUTPUT_FIELDS, Decision
 from nsa_policy.core.evaluator import evaluate
 from nsa_policy.core.facts import Facts
 from nsa_policy.core.namespace import INPUTS, build_namespace, inputs_of, known_path, outputs_read
+from nsa_policy.engines.vllm.values import VllmFirstValid
 from nsa_policy.verify.space import FactsBuilder, space_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def test_every_rule_describes_itself_in_known_terms(policy: str) -> None:
         assert rule.inputs <= set(INPUTS), rule.id
         assert (rule.code is None) == (rule.emit is None) == (rule.level is None)
         if rule.emit and rule.emit.alternatives:
-            assert rule.emit.alternatives.kind in KINDS
+            assert rule.emit.alternatives.kind in kinds()
             assert set(rule.emit.alternatives.reads) <= set(rule.emit.reads)
         for out, value in rule.sets:
             assert isinstance(value, (Fixed, FromFact, FirstValid, VllmFirstValid)), (rule.id, out)

@@ -16,7 +16,8 @@ from typing import Any, Optional
 import pytest
 
 from nsa_policy.base.errors import InputError
-from nsa_policy.integration.startup import StartupRejected, apply_vllm
+from nsa_policy.engines.vllm.startup import apply_vllm
+from nsa_policy.integration.startup import StartupRejected
 
 ROOT = Path(__file__).resolve().parents[2]
 DSV32 = "deepseek-ai/DeepSeek-V3.2"

@@ -1,0 +1,105 @@
+"""sglang: everything nsa-policy knows about it, behind one registered `Engine`.
+
+Its argument registry (args.py over rules/catalog/sglang/args.yaml), the way its configuration is
+read (config.py), its namespace facts (facts.py), its invariants, launch, replay and release
+changelog. Submodules load on first use: importing the engine object costs nothing.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional
+
+from nsa_policy.engines.base import Engine
+
+
+class SglangEngine(Engine):
+    name = "sglang"
+    title = "sglang"
+    default_bundle = "default"
+    # input fields at fault (Finding.fields) → the space dimension that varies them
+    field_dims = {"kv_cache_dtype": "kv_cache_dtype", "nsa_prefill_backend": "prefill", "nsa_decode_backend": "decode",
+                  "tp_size": "parallel", "dp_size": "parallel", "enable_dp_attention": "parallel",
+                  "enable_hisparse": "hisparse", "disable_radix_cache": "hisparse", "page_size": "extra",
+                  "quantization": "extra", "dense_attn_kv_len_threshold": "threshold"}
+    # sglang runs one kernel family for prefill and one for decode
+    own_outputs = frozenset({"prefill_backend", "decode_backend"})
+    # (output, config field, the flag that sets it): explicit values are outputs from the start
+    _SEEDS = (("prefill_backend", "nsa_prefill_backend", "--nsa-prefill-backend"),
+              ("decode_backend", "nsa_decode_backend", "--nsa-decode-backend"),
+              ("page_size", "page_size", "--page-size"))
+
+    oldest_note = " (sglang-pre-21783 is 0.5.10rc0's policy)"
+
+    def known_releases(self) -> tuple[str, ...]:
+        from nsa_policy.engines.sglang.args import load_args
+
+        return tuple(load_args().releases)
+
+    def config_from(self, obj: Any) -> Any:
+        from nsa_policy.engines.sglang.config import config_from
+
+        return config_from(obj)
+
+    def spellings_from(self, obj: Any) -> tuple[str, ...]:
+        from nsa_policy.engines.sglang.config import spellings_from
+
+        return spellings_from(obj)
+
+    def config_facts(self, config: Any) -> dict[str, Any]:
+        from nsa_policy.core.namespace import KV_ALIASES
+
+        raw = config.kv_cache_dtype
+        return {"config.kv_cache_dtype": KV_ALIASES.get(raw, raw) if raw is not None else "auto"}
+
+    def seed_outputs(self, ns: Any) -> Iterator[tuple[str, Any, str, str]]:
+        from nsa_policy.catalog.store import KV_DTYPES
+        from nsa_policy.core.namespace import threshold_detail
+
+        kv = ns["config.kv_cache_dtype"]
+        if kv in KV_DTYPES:
+            yield "kv_cache_dtype", kv, "user", "--kv-cache-dtype"
+        for out, key, flag in self._SEEDS:
+            if ns[f"config.{key}"] is not None:
+                yield out, ns[f"config.{key}"], "user", flag
+        if ns["input.threshold"] is not None:
+            source = "user" if ns["input.threshold_source"] == "flag" else "env"
+            yield "dense_attn_kv_len_threshold", ns["input.threshold"], source, threshold_detail(ns) or ""
+
+    # the sglang.<release>.* facts
+    def fact_paths(self) -> tuple[str, ...]:
+        from nsa_policy.engines.sglang.facts import PATHS
+
+        return PATHS
+
+    def known_fact(self, what: str) -> bool:
+        from nsa_policy.engines.sglang.facts import known
+
+        return known(what)
+
+    def fact(self, ns: Any, what: str) -> Any:
+        from nsa_policy.engines.sglang.facts import sglang_fact
+
+        return sglang_fact(ns, what)
+
+    def fact_inputs(self, what: str) -> Optional[frozenset[str]]:
+        return frozenset({"config"})  # a release's lists and spellings read the flags as given
+
+    def alternatives_kinds(self) -> tuple[Any, ...]:
+        from nsa_policy.core.alternatives import AlternativesKind
+
+        return (AlternativesKind(
+            "sglang_choices", "the backends an sglang release lists as --nsa/--dsa-*-backend choices",
+            "an sglang release, e.g. \"0.5.10\"", lambda a: isinstance(a, str),
+            lambda a: (), lambda a, ns, catalog: tuple(catalog.sglang_choices(str(a)))),)
+
+    def invariant_titles(self) -> dict[str, str]:
+        from nsa_policy.engines.sglang.invariants import INVARIANTS
+
+        return dict(INVARIANTS)
+
+    def invariants(self, decision: Any, facts: Any, catalog: Any) -> list[Any]:
+        from nsa_policy.engines.sglang.invariants import check_invariants
+
+        return check_invariants(decision, facts, catalog)
+
+
+ENGINE = SglangEngine()

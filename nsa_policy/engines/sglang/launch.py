@@ -498,7 +498,7 @@ def _engine_view(ns: SimpleNamespace, rel: str, policy: str, device: Any, model:
     """What the release decides on its own for the command as given: its compat bundle's decision."""
     from nsa_policy.api import resolve
     from nsa_policy.core.bundle import release_bundle
-    from nsa_policy.integration.startup import _Args
+    from nsa_policy.integration.startup import ArgsView
 
     try:
         bundle = release_bundle(f"sglang-{rel}")
@@ -509,7 +509,7 @@ def _engine_view(ns: SimpleNamespace, rel: str, policy: str, device: Any, model:
     ignored = set(load_args().env_vars_ignored(THRESHOLD, rel))
     engine_env = {k: v for k, v in env.items() if k not in ignored}
     try:
-        decision = resolve(_Args(ns).serving_config(), device=device, model=model, policy=bundle, env=engine_env,
+        decision = resolve(ArgsView(ns).serving_config(), device=device, model=model, policy=bundle, env=engine_env,
                            raise_on_error=False, spellings=spellings)
     except NsaPolicyError as exc:
         return bundle, None, f"{bundle} could not evaluate this command: {exc}"

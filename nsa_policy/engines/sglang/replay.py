@@ -38,7 +38,7 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     from nsa_policy.base.errors import NsaPolicyError
     from nsa_policy.engines.sglang.args import load_args
     from nsa_policy.engines.sglang.launch import launch_namespace, parse_command
-    from nsa_policy.integration.startup import _Args
+    from nsa_policy.integration.startup import ArgsView
 
     refused: dict[str, Any] = {"ok": False, "applies": None, **{f: None for f in FIELDS}}
     reg = load_args()
@@ -53,7 +53,7 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
         aliases = {a.value: a.canonical for a in reg.argument(o.arg).choice_aliases}
         if valid is not None and o.value not in valid and aliases.get(o.value) not in valid:
             return {**refused, "codes": [f"argparse: {o.flag} {o.value} not a choice of sglang {release}"]}
-    config = _Args(launch_namespace(parsed.values, release)).serving_config()
+    config = ArgsView(launch_namespace(parsed.values, release)).serving_config()
     env = dict(item.get("env") or {})
     packages: dict[str, str] = {}
     if item.get("preshuffle"):  # aiter's preshuffle path is usable: aiter on, triton >= 3.5

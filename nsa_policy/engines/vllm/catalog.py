@@ -23,8 +23,6 @@ from nsa_policy.base.versions import parse_version
 from nsa_policy.core.conditions import Check, compile_condition
 
 T = TypeVar("T")
-ENGINES = ("sglang", "vllm")
-Engine = Literal["sglang", "vllm"]
 # vLLM's unquantized KV dtypes (kv_cache_interface.is_quantized_kv_cache: anything else is quantized)
 UNQUANTIZED_KV = ("auto", "float16", "bfloat16")
 
@@ -329,11 +327,3 @@ def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
 def _family_mla(catalog: Any, family: Optional[str]) -> dict[str, int]:
     spec = catalog.model_doc.families.get(family) if family else None
     return dict(spec.mla) if spec is not None and spec.mla else {}
-
-
-def engine_of(value: Optional[str], field: str = "engine") -> Engine:
-    if value is None:
-        return "sglang"
-    if value not in ENGINES:
-        raise InputError(field, value, list(ENGINES))
-    return value  # type: ignore[return-value]

@@ -24,9 +24,6 @@ VLLM_INVARIANTS = {
     "vllm-indexer-dtype": "the indexer cache is mxfp4 only where asked for on a device that has it, fp8 otherwise",
 }
 
-# Outputs a vLLM decision never sets: vLLM runs one attention backend for prefill and decode, and no
-# dense threshold where short prefills stay sparse (vllm-dense-prefill checks that).
-NOT_VLLM_OUTPUTS = ("prefill_backend", "decode_backend", "dense_attn_kv_len_threshold")
 
 # The KV layout each stored vLLM dtype has (VLLM.md §1.1, §1.2, §1.7).
 _LAYOUTS = {"auto": "bf16-576", "bfloat16": "bf16-576", "float16": "fp16-576", "fp8": "fp8-576-per-tensor",

@@ -1,0 +1,73 @@
+"""`nsa-policy resolve --engine vllm`: vLLM's names, and vLLM's own decision beside the recommendation."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from nsa_policy.base.errors import DeviceDiscoveryError, NsaPolicyError
+from nsa_policy.base.safe_io import check_output_path, write_atomic
+from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_usage
+
+
+def resolve_cli(given: dict[str, Any], *, model: Optional[str], device: str, policy: str, as_json: bool,
+                explain: bool, extra: dict[str, Any]) -> None:
+    """resolve --engine vllm: vLLM's names (rules/catalog/vllm/args.yaml); `default` shows vLLM 0.33's own
+    decision and the project's recommendation (vllm-default), one after the other."""
+    from nsa_policy.api import build_facts, decide
+    from nsa_policy.commands._render import render_explain, render_table
+
+    names = {"kv_cache_dtype": "kv_cache_dtype", "tp_size": "tensor_parallel_size", "page_size": "block_size",
+             "dcp_size": "decode_context_parallel_size"}
+    config: dict[str, Any] = {names[k]: v for k, v in given.items() if k in names}
+    for key in ("attention_backend", "block_size"):
+        if extra.get(key) is not None:
+            config[key] = extra[key]
+    policies = ["vllm-0.33", "default"] if policy == "default" else [policy]
+    decisions = []
+    try:
+        facts = build_facts(config, device=device, model=model, env=os.environ, engine="vllm")
+        decisions = [decide(facts, p) for p in policies]
+    except (NsaPolicyError, DeviceDiscoveryError) as exc:
+        raise fail_usage(exc, as_json) from None
+    if as_json:
+        print(json.dumps(decisions[-1].model_dump(mode="json")))
+    else:
+        for title, d in zip(("what vLLM 0.33 does", "what nsa-policy recommends") if len(decisions) == 2 else ("",),
+                            decisions):
+            if title:
+                print(f"# {title}")
+            print(render_explain(d) if explain else render_table(d))
+    raise typer.Exit(EXIT_REJECTED if decisions[-1].errors else EXIT_OK)
+
+
+def matrix_cli(out_dir: Optional[Path], policy: str, fmt: str, image: Optional[str]) -> bool:
+    """`matrix --engine vllm`: vLLM's backends × device × KV dtype (markdown or JSON)."""
+    import json
+
+    from nsa_policy.base.errors import InputError, NsaPolicyError
+    from nsa_policy.core.bundle import bundle_for_engine, get_bundle
+    from nsa_policy.engines.vllm.matrix import render_vllm_markdown, vllm_matrix_data
+
+    as_json = fmt == "json"
+    try:
+        if image is not None:
+            raise InputError("--image", image, hint="the vLLM view is markdown only; drop --image")
+        name = bundle_for_engine(policy, "vllm")
+        if get_bundle(name).engine != "vllm":
+            raise InputError("--policy", policy, valid=["default", "vllm-default", "vllm-0.33"],
+                             hint="--engine vllm marks a vLLM bundle's picks")
+        if out_dir is not None:
+            check_output_path(out_dir, field="--out-dir", want_dir=True)
+            path = out_dir / "matrix-vllm.md"
+            write_atomic(path, render_vllm_markdown(vllm_matrix_data(name)), field="--out-dir")
+            print(f"wrote {path}")
+            raise typer.Exit(EXIT_OK)
+        data = vllm_matrix_data(name)
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, as_json) from None
+    print(json.dumps(data) if as_json else render_vllm_markdown(data), end="\n" if as_json else "")
+    return True

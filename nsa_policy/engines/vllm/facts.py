@@ -1,0 +1,58 @@
+"""vLLM's namespace facts (the `vllm.*` family), computed on access from the outputs so far.
+
+Whether the chosen attention_backend passes vLLM's validate_configuration for the KV dtype at
+selection, its reasons (as vLLM prints them), the dtype vLLM stores after its rewrite, the backend's
+dense short-prefill path, a crash after selection on this vendor, a NotImplementedError while the
+layers are built (FlashMLA under DCP), vLLM's block-size choice; and two input checks.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# what → nothing: the facts of the family (vllm.<what>)
+FACTS = ("backend_known", "kv_known", "quantized_kv", "valid", "reasons", "stored_kv", "dense_prefill", "crashes",
+         "fails_after_selection", "block_size", "indexer_mxfp4_ok", "indexer_dtype_known")
+# The input checks read the flags alone, the MXFP4 indexer check the device alone; the rest read the outputs.
+INPUTS = {"backend_known": frozenset({"config"}), "kv_known": frozenset({"config"}),
+          "indexer_dtype_known": frozenset({"config"}), "indexer_mxfp4_ok": frozenset({"device"})}
+OUTPUTS_READ = ("attention_backend", "requested_kv_cache_dtype")
+
+
+def vllm_fact(ns: Any, what: str) -> Any:
+    from nsa_policy.engines.vllm.catalog import UNQUANTIZED_KV, load_vllm, selector_facts
+
+    v = load_vllm()
+    if what == "backend_known":
+        b = ns["config.attention_backend"]
+        return b is None or b.upper() in v.backends
+    if what == "kv_known":
+        return ns["config.kv_cache_dtype"] in (v.argument("kv_cache_dtype").choices or ())
+    if what == "indexer_dtype_known":
+        d = ns["config.indexer_kv_dtype"]
+        return d is None or d in v.doc.indexer.cache_dtypes
+    if what == "indexer_mxfp4_ok":
+        return ns["device.vendor"] == "nvidia" and ns["device.major"] in v.doc.indexer.mxfp4_capability_majors
+    kv = ns["out.requested_kv_cache_dtype"]
+    if what == "quantized_kv":
+        return None if kv is None else kv not in UNQUANTIZED_KV
+    backend = ns["out.attention_backend"]
+    if backend is None or backend not in v.backends:
+        return None
+    spec = v.backends[backend]
+    if what == "dense_prefill":
+        return spec.dense_prefill
+    if what == "crashes":
+        return spec.crashes.reason if spec.crashes and spec.crashes.vendor == ns["device.vendor"] else None
+    if what == "block_size":  # None where vLLM's catalog has no DSA indexer (Intel XPU, CPU)
+        vendor = ns["device.vendor"]
+        return v.block_size(backend, vendor) if vendor in v.doc.indexer.block_sizes else None
+    if kv is None:
+        return None
+    if what == "fails_after_selection":
+        return v.fails_after_selection(backend, selector_facts(ns, ns.catalog))
+    if what == "stored_kv":
+        return v.stored_kv(backend, kv)
+    reasons = v.reasons(backend, selector_facts(ns, ns.catalog))
+    if what == "valid":
+        return not reasons
+    return str(list(reasons))  # "reasons": as vLLM prints them in its ValueError
