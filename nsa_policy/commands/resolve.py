@@ -156,9 +156,11 @@ def resolve(
     # an engine with its own view of `resolve` (vLLM: its names, its release beside the recommendation) prints it
     engines.get(eng).resolve_cli(given, model=model, device=device, policy=policy, as_json=as_json, explain=explain,
                                  extra={"attention_backend": attention_backend, "block_size": block_size})
+    chosen = engines.get(eng)
     # keyed by the flag as given, so the facts know the spelling: a release bundle judges it (refused,
-    # deprecated) as that release's parser would
-    config: dict[str, Any] = {used[name]: value for name, value in given.items()}
+    # deprecated) as that release's parser would; an engine that judges no spellings gets the fields
+    config: dict[str, Any] = ({used[name]: value for name, value in given.items()} if chosen.judges_spellings
+                              else {**given, "engine": eng})
     if model is not None:
         config["model_path"] = model
     if "," in device:

@@ -187,7 +187,7 @@ def matrix(
             for path in write_all(out_dir, policy).values():
                 print(f"wrote {path}")
             raise typer.Exit(EXIT_OK)
-        data = matrix_data(policy)
+        data = matrix_data(chosen.bundle_for(policy), engine=chosen.name)
     except NsaPolicyError as exc:
         raise fail_usage(exc, fmt == "json") from None
     print(json.dumps(data) if fmt == "json" else render_markdown(data, image=image), end="" if fmt != "json" else "\n")

@@ -374,9 +374,23 @@ def _output_kind(out: str) -> Optional[type]:
     return None
 
 
+def _bundle_roots() -> tuple[Path, ...]:
+    """rules/policy, then each registered engine's own bundle folders (an out-of-tree engine's)."""
+    from nsa_policy import engines
+
+    return (policy_dir(), *(r for e in engines.every() for r in e.policy_roots))
+
+
+def _shipped(name: str) -> Optional[Path]:
+    for root in _bundle_roots():
+        if (root / name / BUNDLE_FILE).is_file():
+            return root / name
+    return None
+
+
 def list_bundles() -> list[str]:
-    root = policy_dir()
-    return sorted(p.name for p in root.iterdir() if (p / BUNDLE_FILE).is_file())
+    return sorted({p.name for root in _bundle_roots() if root.is_dir() for p in root.iterdir()
+                   if (p / BUNDLE_FILE).is_file()})
 
 
 def bundle_path(name_or_dir: str, field: str = "policy") -> Path:
@@ -385,8 +399,8 @@ def bundle_path(name_or_dir: str, field: str = "policy") -> Path:
     A shipped bundle's bare name always means the shipped bundle: a folder of the same name in the
     working directory (say, one a pull request adds) must be named as a path (./default) to be used.
     """
-    cand = policy_dir() / name_or_dir
-    if "/" not in name_or_dir and "\\" not in name_or_dir and (cand / BUNDLE_FILE).is_file():
+    cand = _shipped(name_or_dir) if "/" not in name_or_dir and "\\" not in name_or_dir else None
+    if cand is not None:
         return cand
     p = Path(name_or_dir)
     if (p / BUNDLE_FILE).is_file():
@@ -394,8 +408,9 @@ def bundle_path(name_or_dir: str, field: str = "policy") -> Path:
     if p.exists():
         raise InputError(field, name_or_dir, hint=f"folder has no {BUNDLE_FILE}")
     release = release_bundle(name_or_dir)
-    if release is not None:
-        return policy_dir() / release
+    shipped = _shipped(release) if release is not None else None
+    if shipped is not None:
+        return shipped
     raise InputError(field, name_or_dir, list_bundles(), hint="not a bundle name or folder")
 
 
@@ -413,12 +428,13 @@ def release_bundle(name: str) -> Optional[str]:
     return owner.release_bundle(name) if owner is not None else None
 
 
-def release_owners() -> dict[str, list[str]]:
-    """bundle → the releases (of its engine's registry) it answers for (see release_bundle)."""
+def release_owners(engine_name: Optional[str] = None) -> dict[str, list[str]]:
+    """bundle → the releases (of its engine's registry) it answers for (see release_bundle); one engine's
+    bundles with `engine_name`."""
     from nsa_policy import engines
 
     owners: dict[str, list[str]] = {}
-    for engine in engines.every():
+    for engine in engines.every() if engine_name is None else (engines.get(engine_name),):
         for release in engine.known_releases():
             try:
                 owner = engine.release_bundle(f"{engine.name}-{release}")
@@ -652,7 +668,8 @@ def compile_bundle(name_or_dir: str, catalog: Optional[Catalog] = None, codes: O
 
 
 def _is_abstract(name: str) -> bool:
-    head = validate_doc(BundleFile, load_yaml(policy_dir() / name / BUNDLE_FILE), policy_dir() / name / BUNDLE_FILE)
+    path = bundle_path(name) / BUNDLE_FILE
+    head = validate_doc(BundleFile, load_yaml(path), path)
     return head.abstract
 
 

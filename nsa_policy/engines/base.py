@@ -36,6 +36,10 @@ class Engine:
     own_outputs: frozenset[str] = frozenset()
     # resolve's flags for config fields this engine spells differently (field → flag)
     resolve_flags: Mapping[str, str] = {}
+    # Whether its releases judge how a flag is spelt (resolve then passes flags as given, not fields).
+    judges_spellings: bool = False
+    # The engine's argument registry: its flag (without dashes) or attribute → the ServingConfig field.
+    arguments: Mapping[str, str] = {}
     # input fields at fault (Finding.fields) → the space dimension that varies them (check's coverage)
     field_dims: Mapping[str, str] = {}
     # Outputs this engine's decisions never set, so an accepted decision without them is not undecided.
@@ -90,8 +94,25 @@ class Engine:
             return ServingConfig(engine=self.name)
         if isinstance(obj, ServingConfig):
             return obj if obj.engine == self.name else obj.model_copy(update={"engine": self.name})
-        values = dict(obj) if isinstance(obj, Mapping) else {
-            n: getattr(obj, n) for n in ServingConfig.model_fields if getattr(obj, n, None) is not None}
+        names = {**{f: f for f in ServingConfig.model_fields}, **self.arguments}
+        if isinstance(obj, Mapping):
+            items = list(obj.items())
+        else:
+            items = [(n, getattr(obj, n)) for n in names if getattr(obj, n, None) is not None]
+        values: dict[str, Any] = {}
+        for key, value in items:
+            name = str(key).lstrip("-")
+            field = names.get(name, names.get(name.replace("-", "_")))
+            if field is None or field == "engine":
+                if field is None:
+                    from nsa_policy.base.errors import InputError, closest
+
+                    near = closest(name, list(names))
+                    raise InputError(f"config.{key}", value, hint=f"not a {self.title} argument"
+                                     + (f"; did you mean {near!r}?" if near else ""))
+                continue
+            if value is not None:
+                values[field] = value
         values["engine"] = self.name
         return validate_config(values)
 
@@ -147,9 +168,10 @@ class Engine:
     # ------------------------------------------------------------------ check
     def space(self, bundles: Sequence[Any], catalog: Optional[Catalog] = None) -> Any:
         """The input space `check` and `diff` walk for this engine's bundles."""
+        from nsa_policy import engines
         from nsa_policy.verify.space import standard_space
 
-        return standard_space(bundles, catalog)
+        return standard_space(bundles, catalog, engine=None if self.name == engines.DEFAULT else self.name)
 
     def invariant_titles(self) -> dict[str, str]:
         """name → what it says, for the invariants `invariants` checks."""

@@ -37,7 +37,7 @@ def sglang_span(backend: str, phase: str) -> Optional[str]:
     return f"{first}–{until}" if until else first
 
 
-def matrix_data(policy: str = "default", model: str = REFERENCE_MODEL) -> dict:
+def matrix_data(policy: str = "default", model: str = REFERENCE_MODEL, engine: Optional[str] = None) -> dict:
     """Plain data: devices, rows (backend, phase, sglang release span) and cells {status, reason, default}."""
     from nsa_policy.api import build_facts, decide
 
@@ -45,10 +45,11 @@ def matrix_data(policy: str = "default", model: str = REFERENCE_MODEL) -> dict:
     devices = list(cat.device_doc.classes)
     auto_kv, picks = {}, {}
     for dev in devices:
-        d = decide(build_facts({}, device=dev, model=model, env={}, packages={}), policy, trace=False)
+        d = decide(build_facts({}, device=dev, model=model, env={}, packages={}, engine=engine), policy, trace=False)
         auto_kv[dev] = d.kv_cache_dtype if not d.errors else None
         for kv in KV_DTYPES:
-            d = decide(build_facts({"kv_cache_dtype": kv}, device=dev, model=model, env={}, packages={}), policy,
+            d = decide(build_facts({"kv_cache_dtype": kv}, device=dev, model=model, env={}, packages={}, engine=engine),
+                       policy,
                        trace=False)
             if not d.errors:
                 picks[(dev, kv, "prefill")] = d.prefill_backend

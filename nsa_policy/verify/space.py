@@ -466,8 +466,9 @@ PREFILL_CP_VARIANTS = (
 )
 
 
-def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = None) -> Space:
-    """The space `check` and `diff` enumerate. `bundles` only decide which catalog model stands for a family."""
+def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = None, engine: Optional[str] = None) -> Space:
+    """The space `check` and `diff` enumerate. `bundles` only decide which catalog model stands for a family;
+    `engine` names the engine the configs are for (None: the default one)."""
     catalog = catalog or load_catalog()
     bundles = list(bundles)
     device = Dim("device", tuple(Value(label=group[0], device=group[0], covers=tuple(group))
@@ -512,6 +513,8 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
                           Dim("threshold", (cfg_value("unset"), _thresholds(topk)[0])),
                           Dim("serving", (SERVING_VARIANTS[0], SERVING_VARIANTS[5])))),
     )
+    if engine is not None:
+        blocks = tuple(dataclasses.replace(b, engine=engine) for b in blocks)
     return Space(blocks, description="device classes × one catalog model per DSA family × KV dtypes × "
                                      "backend choices × shapes × HiSparse × thresholds × extras")
 

@@ -28,6 +28,7 @@ class SglangEngine(Engine):
               ("page_size", "page_size", "--page-size"))
 
     oldest_note = " (sglang-pre-21783 is 0.5.10rc0's policy)"
+    judges_spellings = True  # a release refuses or deprecates a flag's spelling
 
     def known_releases(self) -> tuple[str, ...]:
         from nsa_policy.engines.sglang.args import load_args

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any, Optional
 
-from nsa_policy.core.bundle import CompiledBundle, get_bundle, list_bundles, release_bundle, release_owners
+from nsa_policy.core.bundle import CompiledBundle, get_bundle, list_bundles, release_bundle
+from nsa_policy.core.bundle import release_owners as _all_owners
 from nsa_policy.core.decision import field_title
 from nsa_policy.verify.diff import ChangeClass, DiffReport, diff_runs, fmt_value, region_of, region_text
 from nsa_policy.verify.run import RECORD_FIELDS, run_space
@@ -381,6 +382,11 @@ def render_text(log: Changelog) -> str:
 
 def render_json(log: Changelog) -> str:
     return json.dumps(log.to_dict(), default=str)
+
+
+def release_owners() -> dict[str, list[str]]:
+    """sglang release bundle → the sglang releases it answers for."""
+    return _all_owners("sglang")
 
 
 __all__ = ["COMMAND", "Changelog", "Step", "release_chain", "release_changelog", "release_owners",
