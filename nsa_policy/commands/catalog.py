@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -92,10 +93,17 @@ def backends(as_json: bool = typer.Option(False, "--json")) -> None:
     print("(* = runs, degraded)")
 
 
-def policies(as_json: bool = typer.Option(False, "--json")) -> None:
-    """List the shipped policy bundles."""
+def policies(as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+             show: Optional[str] = typer.Option(None, "--show", metavar="BUNDLE",
+                                                help="Print the bundle compiled and flattened: every rule in "
+                                                     "evaluation order, with the bundle it comes from.")) -> None:
+    """List the shipped policy bundles, or show one compiled (--show)."""
     from nsa_policy import engines
     from nsa_policy.core.bundle import concrete_bundles, get_bundle, release_owners
+
+    if show is not None:
+        _show_bundle(show, as_json)
+        return
 
     try:
         # Which releases each release bundle answers for (the newest bundle at or below each release).
@@ -116,3 +124,46 @@ def policies(as_json: bool = typer.Option(False, "--json")) -> None:
         print(f"{r['name']:<18} {kind:<6} {r['rules']:>3} rules  {r['digest']}  {r['description']}")
         if r["releases"]:
             print(f"{'':<18} answers for {engines.get(r['engine']).title} {', '.join(r['releases'])}")
+
+
+def flattened(bundle: Any) -> dict[str, Any]:
+    """A compiled bundle as data: its chain and every rule in evaluation order, each with the bundle
+    (the folder) its file is in and its condition as written."""
+    rules = []
+    for rule in bundle.rules:
+        row = rule.describe()
+        path = rule.origin.rsplit(":", 1)[0]
+        row["bundle"] = Path(path).parent.name
+        row["file"] = f"{Path(path).parent.name}/{Path(path).name}:{rule.origin.rsplit(':', 1)[-1]}"
+        row["when"] = rule.when
+        rules.append(row)
+    return {"name": bundle.name, "engine": bundle.engine, "digest": bundle.digest, "compat": bundle.compat,
+            "chain": list(bundle.chain), "rules": rules}
+
+
+def _show_bundle(name: str, as_json: bool) -> None:
+    from nsa_policy.core.bundle import get_bundle
+
+    try:
+        data = flattened(get_bundle(name))
+    except InputError as exc:  # named as the flag the user gave
+        raise fail_usage(InputError("--show", exc.value, exc.valid, hint=exc.hint), as_json) from None
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, as_json) from None
+    if as_json:
+        print(json.dumps(data, default=str))
+        return
+    kind = "compat" if data["compat"] else "policy"
+    print(f"{kind} {data['name']} ({data['digest']}) · engine {data['engine']} · chain {' → '.join(data['chain'])}")
+    stage = None
+    for r in data["rules"]:
+        if r["stage"] != stage:
+            stage = r["stage"]
+            print(f"stage {stage}")
+        does = ", ".join(f"{k}={v}" for k, v in r["sets"].items())
+        if r["code"]:
+            does = (does + "; " if does else "") + f"{r['level']} {r['code']}"
+        when = json.dumps(r["when"], default=str, ensure_ascii=False) if r["when"] else "always"
+        print(f"  {r['id']:<44} {r['file']}")
+        print(f"      when {when}")
+        print(f"      {'then ' + does if does else 'then nothing'}{' (overwrites)' if r['overwrite'] else ''}")

@@ -176,3 +176,13 @@ def test_a_broken_entry_point_is_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "no_such_module" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_policies_show_flattens_the_chain(planted):
+    r = _cli(planted, "policies", "--show", "toyserve-default", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["engine"] == "toyserve" and data["chain"] == ["toyserve-default"]
+    assert [(x["id"], x["stage"], x["bundle"]) for x in data["rules"]] == [
+        ("toy.kv.fp8", "kv_cache", "toyserve-default"), ("toy.kv.bf16-refused", "kv_cache", "toyserve-default"),
+        ("toy.page-size", "page_size", "toyserve-default")]
