@@ -26,7 +26,7 @@ def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
     mdl = model_from(model, cfg, catalog)
     if packages is None and is_auto(device):
         packages = installed_packages()  # local machine only: another machine's packages are unknown
-    spelt = spellings_from(config) if spellings is None else tuple(spellings)
+    spelt = spellings_from(config, engine=engine) if spellings is None else tuple(spellings)
     return Facts(device=dev, model=mdl, config=cfg, env=environment_from(env, packages), derived=derive(mdl, cfg),
                  spellings=spelt)
 

@@ -61,7 +61,7 @@ def launch(
     from nsa_policy.commands._render import render_table
     from nsa_policy.engines.sglang.launch import exec_plan, plan_launch
 
-    logger = logging.getLogger("nsa_policy.launch")
+    logger = logging.getLogger(__name__)  # nsa_policy.commands.launch
     logger.propagate = False  # the decision is printed below; the record only feeds the decision log
     logger.setLevel(logging.INFO)
     if not logger.handlers:

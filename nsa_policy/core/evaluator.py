@@ -33,6 +33,8 @@ from nsa_policy.core.memo import ReadMemo
 from nsa_policy.core.namespace import FactNamespace, build_namespace
 
 _DSA_STAGES = tuple(s for s in STAGES if s != "not_dsa")
+# sglang's NSA backend constants, owned by RuntimeThresholds' defaults
+_RUNTIME_DEFAULTS = {k: f.default for k, f in RuntimeThresholds.model_fields.items()}
 _DEFAULTING_STAGES = ("kv_cache", "backends", "threshold")
 _OUTPUT_KEYS = tuple((f, "out." + f) for f in DECISION_OUTPUTS)
 # Per output a rule sets: (output, "out.<output>", "prov.<output>", value spec, provenance when it replaces nothing)
@@ -219,7 +221,8 @@ def _assemble(ev: _Evaluation, bundle: CompiledBundle, facts: Facts, applies: bo
     padded = {}
     if applies:
         if get("out.mha_one_shot") is not None:
-            runtime = _runtime(get("out.mha_chunk_capacity") or 131072, get("out.flashmla_auto_ratio") or 512,
+            runtime = _runtime(get("out.mha_chunk_capacity") or _RUNTIME_DEFAULTS["mha_chunk_capacity"],
+                               get("out.flashmla_auto_ratio") or _RUNTIME_DEFAULTS["flashmla_auto_ratio"],
                                bool(get("out.mha_one_shot")))
         for phase in ("prefill", "decode"):
             p = ns["pad." + phase]

@@ -12,8 +12,6 @@ from nsa_policy.catalog.store import Catalog
 from nsa_policy.core.decision import OUTPUT_FIELDS
 from nsa_policy.core.facts import DeviceFacts, Environment, Facts, ModelFacts, ServingConfig, effective_tp_size
 
-KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
-
 STATIC_PATHS = frozenset(
     [f"device.{k}" for k in ("name", "class", "vendor", "major", "minor", "product", "memory_gb", "sm_count",
                               "runs_dsa", "mha_one_shot")]

@@ -32,7 +32,7 @@ from nsa_policy.base.errors import DeviceDiscoveryError, InputError
 from nsa_policy.catalog.store import Catalog
 from nsa_policy.core.facts import DeviceFacts, Frozen
 
-LOGGER = logging.getLogger("nsa_policy.discovery")
+LOGGER = logging.getLogger(__name__)  # nsa_policy.integration.discovery
 AUTO = "auto"
 CUDA_ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
 

@@ -42,7 +42,7 @@ from nsa_policy.base.errors import InputError, PolicyError
 from nsa_policy.core.decision import Decision
 from nsa_policy.core.facts import THRESHOLD_ENV_VARS, Frozen
 from nsa_policy.engines.sglang.args import TargetRelease, load_args
-from nsa_policy.engines.sglang.config import ALIAS_SWITCHES, ATTN_DP_NAMES, FIELD_ALIASES
+from nsa_policy.engines.sglang.config import ALIAS_SWITCHES, ATTN_DP_NAMES, FIELD_ALIASES, KV_ALIASES
 from nsa_policy.inputs import CONFIG_FIELDS
 
 LOGGER_NAME = "nsa_policy.startup"
@@ -53,7 +53,8 @@ _ARGS = load_args()
 TARGETS: dict[str, tuple[str, ...]] = _ARGS.output_targets()
 # "auto" is sglang's default kv_cache_dtype: the user left the choice to the engine.
 UNSET_VALUES: dict[str, tuple[Any, ...]] = _ARGS.unset_values()
-SAME_VALUE = {"bf16": "bfloat16"}  # sglang's alias: an explicit bf16 agrees with a decided bfloat16
+# sglang's alias: an explicit bf16 agrees with a decided bfloat16
+SAME_VALUE = {k: v for k, v in KV_ALIASES.items() if k != v}
 DSA_SPELLING_MARKERS = ("dsa_prefill_backend", "dsa_decode_backend", "dsa_prefill_dense_attn_kv_len_threshold")
 NSA_ENV, DSA_ENV = THRESHOLD_ENV_VARS
 # sglang's parser stores --tp-size/--dp-size as these up to 0.5.13; ServerArgs.from_cli_args copies them over later.

@@ -258,14 +258,14 @@ class SparseMLAAdapter:
         cls._check_call_contracts(backends, kernels, dev_class, num_heads, flashinfer)
         planner = None
         if "flashmla_auto" in backends.values():
-            from nsa_policy.runtime.planner import BatchPlanner
+            from nsa_policy.runtime.planner import DEFAULT_FLASHMLA_AUTO_RATIO, BatchPlanner
             # dense MHA one-shot is the engine's business: the adapter only runs sparse batches
             planner = BatchPlanner(prefill_backend="flashmla_auto", decode_backend="flashmla_kv",
                                    device_class=dev_class,
                                    kv_cache_dtype="fp8_e4m3" if layout != "bf16-576" else "bfloat16",
                                    dense_attn_kv_len_threshold=0, mha_one_shot=False,
                                    flashmla_auto_ratio=getattr(getattr(decision, "runtime", None),
-                                                               "flashmla_auto_ratio", 512))
+                                                               "flashmla_auto_ratio", DEFAULT_FLASHMLA_AUTO_RATIO))
         return cls(backends=backends, device=dev, device_class=dev_class, kv_cache_layout=layout,
                    page_size=page_size, index_topk=top_k, num_heads=num_heads,
                    softmax_scale=softmax_scale, table_page_size=table_page_size,

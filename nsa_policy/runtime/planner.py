@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Sequence
 
+from nsa_policy.core.decision import RuntimeThresholds
+
 __all__ = [
     "BatchPlanner",
     "PrefillRoute",
@@ -35,8 +37,9 @@ FORWARD_MODES = ("extend", "mixed", "decode", "target_verify", "draft_extend")
 _SPECULATIVE_MODES = ("target_verify", "draft_extend")
 _DENSE_KV_DTYPES = ("bfloat16", "fp8_e4m3")
 
-DEFAULT_MHA_CHUNK_CAPACITY = 131072
-DEFAULT_FLASHMLA_AUTO_RATIO = 512
+# sglang's NSA backend constants: one owner, the Decision's RuntimeThresholds defaults
+DEFAULT_MHA_CHUNK_CAPACITY: int = RuntimeThresholds.model_fields["mha_chunk_capacity"].default
+DEFAULT_FLASHMLA_AUTO_RATIO: int = RuntimeThresholds.model_fields["flashmla_auto_ratio"].default
 
 
 class PrefillRoute(NamedTuple):

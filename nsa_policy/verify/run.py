@@ -24,7 +24,7 @@ from nsa_policy.core.bundle import CompiledBundle
 from nsa_policy.core.conditions import Namespace, conjuncts
 from nsa_policy.core.decision import DECISION_OUTPUTS, RECORDED_FIELDS, outputs_for
 from nsa_policy.core.evaluator import evaluate
-from nsa_policy.core.namespace import KV_ALIASES, outputs_read
+from nsa_policy.core.namespace import outputs_read
 from nsa_policy.verify.invariants import check_invariants  # imported here, not in forked workers
 from nsa_policy.verify.space import FactsBuilder, Point, Space
 
@@ -514,6 +514,9 @@ def run_space(bundle: CompiledBundle, space: Space, *, workers: Optional[int] = 
 
 
 def normalise_kv(value: Optional[str]) -> Optional[str]:
+    """A KV dtype under the policy's name (sglang's bf16 alias is bfloat16)."""
+    from nsa_policy.engines.sglang.config import KV_ALIASES
+
     return KV_ALIASES.get(value, value) if value is not None else None
 
 

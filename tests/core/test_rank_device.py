@@ -267,7 +267,7 @@ def test_bad_explicit_index(mixed, monkeypatch) -> None:
 
 
 def test_discovery_notes_are_logged(mixed, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="nsa_policy.discovery"):
+    with caplog.at_level(logging.WARNING, logger="nsa_policy.integration.discovery"):
         discover(load_catalog(), nvml=mixed, env={"LOCAL_RANK": "1"})
     assert any("CUDA_DEVICE_ORDER=PCI_BUS_ID" in r.getMessage() for r in caplog.records)
 

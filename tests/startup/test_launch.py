@@ -241,7 +241,7 @@ def test_launch_execs_the_final_command_with_the_env_addition(tmp_path: Path) ->
     from nsa_policy.integration.decision_log import read_decision_log
 
     [entry] = read_decision_log(tmp_path / "d.jsonl")
-    assert entry.origin == "nsa_policy.launch" and entry.context["env_set"] == {NSA_ENV: "2048"}
+    assert entry.origin == "nsa_policy.commands.launch" and entry.context["env_set"] == {NSA_ENV: "2048"}
     assert entry.context["sglang"]["version"] == "0.5.10"
 
 

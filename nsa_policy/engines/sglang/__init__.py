@@ -46,7 +46,7 @@ class SglangEngine(Engine):
         return spellings_from(obj)
 
     def config_facts(self, config: Any) -> dict[str, Any]:
-        from nsa_policy.core.namespace import KV_ALIASES
+        from nsa_policy.engines.sglang.config import KV_ALIASES
 
         raw = config.kv_cache_dtype
         return {"config.kv_cache_dtype": KV_ALIASES.get(raw, raw) if raw is not None else "auto"}

@@ -257,6 +257,16 @@ class ArgRegistry:
         r = self._rel(release)
         parts = []
         for flag in spellings:
+            if not flag.startswith("--"):  # an attribute name, as a mapping spells it
+                found = self.attribute(flag)
+                if found is not None and not found[1].covers(r):
+                    a_arg, attr = found
+                    first = _v(attr.first) if attr.first else None
+                    why = (f"first held in sglang {attr.first}" if first is not None and r < first
+                           else f"removed after sglang {attr.last}")
+                    now = self.attribute_for(a_arg.name, r)
+                    parts.append(f"{flag} (attribute, {why}; " + (f"use {now})" if now else f"sglang {r} has no such attribute)"))
+                continue
             hit = self.lookup(flag)
             if hit is None:
                 continue
@@ -286,6 +296,14 @@ class ArgRegistry:
             instead = f" Use '{new}' instead." if new else ""
             out.append(f"'{sp.flag}' is deprecated and will be removed in a future release.{instead}")
         return " ".join(out) or None
+
+    def attribute(self, name: str) -> Optional[tuple[Argument, Attribute]]:
+        """The argument and attribute entry of an sglang attribute name (any release), else None."""
+        for arg in self.doc.arguments:
+            for attr in arg.attributes:
+                if attr.name == name and not attr.nsa_policy_only:
+                    return arg, attr
+        return None
 
     def attribute_for(self, arg: str, release: object) -> Optional[str]:
         """The attribute the release's parsed namespace / ServerArgs holds the argument in."""

@@ -9,6 +9,9 @@ from nsa_policy.core.facts import ServingConfig
 from nsa_policy.engines.sglang.args import load_args
 from nsa_policy.inputs import CONFIG_FIELDS, merge_value, validate_config
 
+# sglang's KV dtype names → the policy's: bf16 is sglang's alias of bfloat16 (the one owner of the alias)
+KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
+
 # Every other name sglang (any release) or nsa-policy gives a ServingConfig field: the dsa_* spellings
 # (NSA was renamed DSA in 0.5.13), the parser's tensor/data_parallel_size dests (up to 0.5.13),
 # nsa-policy's own threshold attributes and --tp/--dp. Derived from rules/catalog/sglang/args.yaml.
@@ -38,14 +41,22 @@ def _flag_key(key: Any) -> Optional[tuple[Any, Any]]:
 
 
 def spellings_from(obj: Any) -> tuple[str, ...]:
-    """The sglang flags a mapping's flag-form keys spell (nsa-policy's own spellings left out), in order."""
+    """The sglang spellings a mapping's keys use, in order: its flag-form keys (--dsa-prefill-backend), and
+    its sglang attribute names that are not nsa-policy's own field names (dsa_prefill_backend), which the
+    target release judges as it judges the attribute (nsa-policy's own spellings left out)."""
     if not isinstance(obj, Mapping):
         return ()
+    reg = load_args()
     out = []
     for key, value in obj.items():
+        if value is None or value is False:
+            continue
         hit = _flag_key(key)
-        if hit is not None and value is not None and value is not False and not hit[1].nsa_policy_only:
-            out.append(hit[1].flag)
+        if hit is not None:
+            if not hit[1].nsa_policy_only:
+                out.append(hit[1].flag)
+        elif isinstance(key, str) and key not in ServingConfig.model_fields and reg.attribute(key) is not None:
+            out.append(key)
     return tuple(dict.fromkeys(out))
 
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
 from nsa_policy.core.decision import Decision
 from nsa_policy.core.facts import Facts
-from nsa_policy.core.namespace import KV_ALIASES
+from nsa_policy.engines.sglang.config import KV_ALIASES
 
 INVARIANTS = {
     "backend-runs-here": "no backend is chosen where the capability matrix says it cannot run",

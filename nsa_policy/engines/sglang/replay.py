@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from nsa_policy.engines.sglang.config import KV_ALIASES
+
 # oracle device class → catalog device
 DEVICES = {"sm80": "a100", "sm90": "h200", "sm100": "b200", "sm103": "b300", "sm120": "rtx-pro-6000",
            "sm121": "gb10", "gfx942": "mi300x", "gfx950": "mi355x", "xpu": "max-1550"}
@@ -29,7 +31,8 @@ FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "a
 # not run as DSA: no DSA policy decides these; they are counted apart ("outside"), never as agreement.
 OUTSIDE_DSA = ("TensorRT-LLM MLA backend only supports kv-cache-dtype",)
 LAUNCH_REFUSALS = ("NSA309",)  # warnings that say sglang refuses the configuration at launch
-_KV_SAME = {"bf16": "bfloat16", "auto": None}  # sglang's alias; "auto" = left to the engine (nothing decided)
+# sglang's alias (config.KV_ALIASES); "auto" = left to the engine (nothing decided)
+_KV_SAME = {**{k: v for k, v in KV_ALIASES.items() if k != v}, "auto": None}
 
 
 def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
