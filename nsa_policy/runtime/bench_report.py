@@ -366,7 +366,7 @@ def plot(runs: list[BenchRun], path: Path) -> Optional[str]:
     env = runs[0].environment
     fig.suptitle(f"{runs[0].model} on {env.gpu}, {env.measured_utc[:10]} (torch {env.torch}, flashinfer "
                  f"{env.flashinfer}, sgl-flash-mla {env.sgl_flash_mla})", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))  # room for the title
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
