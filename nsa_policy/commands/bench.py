@@ -65,7 +65,7 @@ def bench(
     """Time every backend the catalog lets run on this GPU (and the installed kernels provide), side by
     side through the adapter; name the fastest per phase and operating point, the policy's choice and
     the gap; optionally write a site bundle that picks the measured-fastest."""
-    from nsa_policy.errors import InputError, NsaPolicyError
+    from nsa_policy import InputError, NsaPolicyError
     from nsa_policy.runtime import bench_report as rep
 
     try:
@@ -130,7 +130,7 @@ def _measure(model: str, device: str, tp_size: int, dp_size: Optional[int], dp_a
              batches: list[int], contexts: list[int], prefill: list[int], kv_dtypes: list[str],
              phases: tuple[str, ...], rounds: int, pool_tokens: int) -> Any:
     import nsa_policy
-    from nsa_policy.errors import InputError, PolicyError
+    from nsa_policy import InputError, PolicyError
     from nsa_policy.progress import Progress
     from nsa_policy.runtime import bench as gpu
     from nsa_policy.runtime.device import as_device, detect_device_class

@@ -14,7 +14,7 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from nsa_policy.errors import InputError
+from nsa_policy import InputError
 
 PHASES = ("prefill", "decode")
 KV_DTYPES = ("bfloat16", "fp8_e4m3")

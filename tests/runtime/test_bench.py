@@ -14,8 +14,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from nsa_policy import InputError
 from nsa_policy.cli import app
-from nsa_policy.errors import InputError
 from nsa_policy.runtime import bench_report as rep
 
 ROOT = Path(__file__).resolve().parents[2]
