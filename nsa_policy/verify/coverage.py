@@ -35,7 +35,12 @@ def facts_from_case_input(inp: dict, engine: str = "sglang") -> Facts:
                     "index_topk_pattern"):
             if key in data:
                 model[key] = data.pop(key)
-    return build_facts(data, device=device, model=model, env=env, packages=packages, engine=engine)
+    # A case's underscored keys are the cases' own input vocabulary (nsa_prefill_backend, as the policy's
+    # tables name it), not an engine's attribute: only flag-form keys are spellings a release judges.
+    from nsa_policy.inputs import spellings_from
+
+    flags = tuple(s for s in spellings_from(data, engine=engine) if s.startswith("--"))
+    return build_facts(data, device=device, model=model, env=env, packages=packages, engine=engine, spellings=flags)
 
 
 def load_case_files(paths: list[str]) -> list[tuple[Optional[str], str, dict[str, Any]]]:

@@ -74,11 +74,11 @@ class VllmEngine(Engine):
         return () if what in INPUTS else OUTPUTS_READ
 
     def value_kinds(self) -> dict[str, Any]:
-        from nsa_policy.engines.vllm.values import compile_first_valid
-
-        return {"vllm_first_valid": compile_first_valid}
+        return {"vllm_first_valid": _compile_first_valid}
 
     def set_problem(self, output: str, value: Any) -> Optional[str]:
+        if output != "attention_backend":
+            return None  # only vLLM's backend names are vLLM's to check (and its catalog stays unloaded)
         from nsa_policy.engines.vllm.values import set_problem
 
         return set_problem(output, value)
@@ -130,6 +130,12 @@ class VllmEngine(Engine):
         from nsa_policy.engines.vllm.cli import matrix_cli
 
         return matrix_cli(out_dir, policy, fmt, image)
+
+
+def _compile_first_valid(out: str, arg: Any, err: Any) -> Any:
+    from nsa_policy.engines.vllm.values import compile_first_valid  # loaded only by a rule that uses the form
+
+    return compile_first_valid(out, arg, err)
 
 
 ENGINE = VllmEngine()
