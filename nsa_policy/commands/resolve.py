@@ -16,7 +16,6 @@ import typer
 
 from nsa_policy.base.errors import DeviceDiscoveryError, InputError, NsaPolicyError
 from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, fail_after_output, fail_usage
-from nsa_policy.integration.decision_log import check_log_path
 
 _TYPES = {"str": Optional[str], "int": Optional[int], "bool": bool}
 _HELP = {"dense_attn_kv_len_threshold": "Overrides the SGLANG_{NSA,DSA}_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD environment."}
@@ -170,6 +169,8 @@ def resolve(
                         policy, as_json, explain, log_decisions)
     try:
         if log_decisions:  # a log path that can never be appended to is bad input: refuse before any work
+            from nsa_policy.integration.decision_log import check_log_path
+
             check_log_path(log_decisions)
         facts = build_facts(config, device=device,
                             model=model_argument(model, arch, index_topk, num_attention_heads) or None,
@@ -221,6 +222,8 @@ def _resolve_fleet(config: dict[str, Any], devices: Any, model_args: tuple[Any, 
 
     try:
         if log_decisions:
+            from nsa_policy.integration.decision_log import check_log_path
+
             check_log_path(log_decisions)
         local = not isinstance(devices, str)
         packages = parse_packages(package)

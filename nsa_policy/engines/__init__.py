@@ -12,7 +12,6 @@ Engine packages are imported on first use, so a plain sglang resolve never loads
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Optional
 
@@ -49,6 +48,8 @@ def _entry_points() -> list[tuple[str, str]]:
             except OSError:
                 continue
             if marker in text:
+                import importlib.metadata  # lazy: only an installed out-of-tree engine needs it
+
                 dist = importlib.metadata.PathDistribution.at(os.path.join(folder or ".", name))
                 found.extend((ep.name, ep.value) for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP)
     return found
