@@ -267,6 +267,18 @@ class Catalog:
                     best, best_len = name, len(prefix)
         return best
 
+    def capability_of(self, device_class: str) -> Optional[tuple[str, Optional[tuple[int, int]]]]:
+        """(vendor, compute capability) of a device class: the catalog's, else read from an NVIDIA class
+        name outside it ('sm107' → 10.7); None for anything else. The one reading of a class's capability,
+        always with its vendor: a ROCm class that reports (12, 5) (gfx1250) is never an sm12x GPU."""
+        spec = self.device_doc.classes.get(device_class)
+        if spec is not None:
+            return spec.vendor, (tuple(spec.compute_capability) if spec.compute_capability else None)  # type: ignore[return-value]
+        if device_class.startswith("sm") and device_class[2:].isdigit() and len(device_class) >= 4:
+            sm = int(device_class[2:])
+            return "nvidia", (sm // 10, sm % 10)
+        return None
+
     def class_for_capability(self, major: int, minor: int, vendor: str = "nvidia") -> Optional[str]:
         for cls, spec in self.device_doc.classes.items():
             if spec.vendor == vendor and spec.compute_capability == (major, minor):

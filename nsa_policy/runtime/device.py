@@ -26,8 +26,12 @@ def detect_device_class(device: torch.device) -> str:
         return device.type
     if not torch.cuda.is_available():
         raise RuntimeError(f"device {device} was requested but torch sees no CUDA device")
+    from nsa_policy.catalog.store import load_catalog  # the one owner of device classes (as discovery reads them)
+
+    catalog = load_catalog()
     if getattr(torch.version, "hip", None):
-        arch = torch.cuda.get_device_properties(device).gcnArchName
-        return arch.split(":")[0]
+        # ROCm: the gfx arch is the class; its reported capability (gfx1250: 12.5) is never read as NVIDIA's
+        arch = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+        return catalog.vendor_class(arch, "amd") or arch
     major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
+    return catalog.class_for_capability(major, minor) or f"sm{major}{minor}"

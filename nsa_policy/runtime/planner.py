@@ -50,11 +50,12 @@ class PrefillRoute(NamedTuple):
     backend: str
 
 
-def _sm_number(device_class: str) -> int | None:
-    """'sm90' → 90, 'sm103' → 103; anything else (gfx942, cpu) → None."""
-    if device_class.startswith("sm") and device_class[2:].isdigit():
-        return int(device_class[2:])
-    return None
+def _nvidia_capability(device_class: str) -> tuple[int, int] | None:
+    """An NVIDIA class's compute capability, as the catalog reads it (catalog.capability_of); None otherwise."""
+    from nsa_policy.catalog.store import load_catalog
+
+    found = load_catalog().capability_of(device_class)
+    return found[1] if found is not None and found[0] == "nvidia" else None  # gfx1250's (12, 5) is not sm125
 
 
 def mha_one_shot_supported(device_class: str, sglang_release: str | None = None) -> bool:
@@ -64,17 +65,14 @@ def mha_one_shot_supported(device_class: str, sglang_release: str | None = None)
     from nsa_policy.catalog.store import load_catalog  # lazy: only BatchPlanner construction asks
 
     catalog = load_catalog()
-    spec = catalog.device_doc.classes.get(device_class)
-    if spec is not None:
-        return catalog.mha_one_shot(spec.vendor, spec.compute_capability, sglang_release)
-    sm = _sm_number(device_class)
-    return sm is not None and catalog.mha_one_shot("nvidia", (sm // 10, sm % 10), sglang_release)
+    found = catalog.capability_of(device_class)
+    return found is not None and catalog.mha_one_shot(found[0], found[1], sglang_release)
 
 
 def _is_blackwell(device_class: str) -> bool:
     """sglang's `is_blackwell()`: compute capability major == 10 (sm100, sm103; not sm12x)."""
-    sm = _sm_number(device_class)
-    return sm is not None and sm // 10 == 10
+    cc = _nvidia_capability(device_class)
+    return cc is not None and cc[0] == 10
 
 
 def _require_int(name: str, value: Any, minimum: int = 0) -> int:
