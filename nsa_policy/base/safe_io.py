@@ -18,7 +18,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,6 +35,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 MAX_FILE_BYTES = 8 * 1024 * 1024  # far above any real config, rule file or case file
 MAX_DEPTH = 64  # nesting of mappings/lists; real configs stay under 10
 MAX_YAML_NODES = 200_000  # nodes after alias expansion
+# int("…") refuses more digits than this (CPython's limit, a ValueError); a literal that long is refused as input
+MAX_INT_DIGITS = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+_LONG_DIGITS = re.compile(r"\d{" + str(MAX_INT_DIGITS or 4300) + ",}")
 
 
 class UnsafeInput(InputError):
@@ -51,17 +56,24 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_bytes(path: PathLike, *, field: str = "file", max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most max_bytes; anything else is an UnsafeInput."""
+def read_bytes(path: PathLike, *, field: str = "file", max_bytes: int = MAX_FILE_BYTES,
+               follow_symlinks: bool = True) -> bytes:
+    """The bytes of a regular file of at most max_bytes; anything else is an UnsafeInput.
+    follow_symlinks=False refuses a symbolic link itself (as git does for .gitignore)."""
     name = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
         # O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer appears.
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(name, flags)
     except FileNotFoundError:
         raise UnsafeInput(field, name, "no such file") from None
     except IsADirectoryError:
         raise UnsafeInput(field, name, "is a directory, a file is expected") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise UnsafeInput(field, name, "is a symbolic link; it is not followed") from None
         raise UnsafeInput(field, name, f"cannot open: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
@@ -93,9 +105,21 @@ def decode_utf8(data: bytes, name: str, *, field: str = "file") -> str:
         raise UnsafeInput(field, f"{name}:{line}", f"not UTF-8 (byte 0x{data[exc.start]:02x})") from None
 
 
-def read_text(path: PathLike, *, field: str = "file", max_bytes: int = MAX_FILE_BYTES) -> str:
+def read_text(path: PathLike, *, field: str = "file", max_bytes: int = MAX_FILE_BYTES,
+              follow_symlinks: bool = True) -> str:
     """A regular file's text, UTF-8, within the size limit."""
-    return decode_utf8(read_bytes(path, field=field, max_bytes=max_bytes), os.fspath(path), field=field)
+    data = read_bytes(path, field=field, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
+    return decode_utf8(data, os.fspath(path), field=field)
+
+
+def check_digits(text: str, name: str, *, field: str = "file") -> None:
+    """Refuse a number literal longer than int() converts (CPython raises ValueError past 4300 digits),
+    at its line, before a parser meets it."""
+    m = _LONG_DIGITS.search(text)
+    if m is not None:
+        line = text.count("\n", 0, m.start()) + 1
+        raise UnsafeInput(field, f"{name}:{line}", f"a number of {m.end() - m.start()} digits; "
+                                                   f"at most {MAX_INT_DIGITS} are read")
 
 
 def check_regular_or_dir(path: PathLike, *, field: str, want_dir: bool | None = None) -> str:
@@ -229,33 +253,50 @@ def compose_yaml(text: str, name: str, *, field: str = "file") -> Any:
 
 
 def load_yaml_text(text: str, name: str, *, field: str = "file") -> Any:
-    """yaml.safe_load with the alias and depth limits, for readers that need no line numbers."""
+    """yaml.safe_load with the alias, depth and digit limits, for readers that need no line numbers."""
     check_yaml_text(text, name, field=field)  # refuses bombs and deep nesting before construction
+    check_digits(text, name, field=field)
     try:
         return yaml.load(text, Loader=_ComposeLoader)  # noqa: S506 - a safe loader (CSafeLoader/SafeLoader)
     except yaml.YAMLError as exc:  # any release's error class, as one input error with its line
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
         raise UnsafeInput(field, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except RecursionError:
+        raise UnsafeInput(field, name, f"nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # a constructor's own refusal (a timestamp or number it cannot convert)
+        raise UnsafeInput(field, name, f"not valid YAML: {exc}") from None
 
 
 def load_json_text(text: str, name: str, *, field: str = "file") -> Any:
+    check_digits(text, name, field=field)
     try:
         value = json.loads(text)
     except RecursionError:
         raise UnsafeInput(field, name, f"nests deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise UnsafeInput(field, f"{name}:{exc.lineno}", f"not valid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise UnsafeInput(field, name, f"not valid JSON: {exc}") from None
     return check_depth(value, name, field=field)
 
 
 def load_toml_text(text: str, name: str, *, field: str = "file") -> Any:
+    """tomllib.loads with the depth and digit limits. tomllib.TOMLDecodeError passes through (it names the
+    line and column), every other failure is an UnsafeInput."""
     import tomllib
 
     if _bracket_depth(text) > MAX_DEPTH:  # tomllib recurses per level; refuse before it does
         raise UnsafeInput(field, name, f"nests deeper than {MAX_DEPTH} levels")
+    check_digits(text, name, field=field)
     try:
         value = tomllib.loads(text)
     except RecursionError:
         raise UnsafeInput(field, name, f"nests deeper than {MAX_DEPTH} levels") from None
+    except tomllib.TOMLDecodeError:
+        raise
+    except ValueError as exc:
+        raise UnsafeInput(field, name, f"not valid TOML: {exc}") from None
     return check_depth(value, name, field=field)
 
 

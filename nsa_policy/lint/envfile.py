@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Optional
 
+from nsa_policy.lint.confine import OutsideTree, Reader
 from nsa_policy.lint.report import EnvValue, FileScan, Launch
 from nsa_policy.lint.shell import Expander
 from nsa_policy.lint.text import LineIndex
+from nsa_policy.lint.tree import ParseError
 
 _LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.\-]*)\s*=\s*(.*?)\s*$")
 
@@ -48,17 +49,20 @@ def _loc(path: str, line: int, col: int):
     return Location(path, line, col)
 
 
-@lru_cache(maxsize=256)
-def _read(full: str, display: str) -> tuple:
+def read_env_file(full: str, display: str, reader: Reader, shown: Optional[str] = None) -> dict[str, EnvValue]:
+    """The variables of an env file another file names. Raises OutsideTree (confine.py) for a path outside
+    the linted tree; a file that is no regular UTF-8 file, or no env file, gives nothing here (it is linted,
+    and reported, on its own when it is among the linted paths)."""
     try:
-        with open(full, encoding="utf-8") as fh:
-            return tuple(parse_env(fh.read(), display).items())
-    except (OSError, UnicodeDecodeError, EnvSyntaxError):
-        return ()  # the file itself is linted (and reported) on its own when it is in the linted paths
-
-
-def read_env_file(full: str, display: str) -> dict[str, EnvValue]:
-    return dict(_read(full, display))
+        text = reader.read(full, field="env_file", shown=shown)
+    except OutsideTree:
+        raise
+    except (OSError, ValueError):
+        return {}
+    try:
+        return parse_env(text, display)
+    except (EnvSyntaxError, ParseError, RecursionError):
+        return {}
 
 
 def scan_env(path: str, text: str, index: LineIndex) -> FileScan:

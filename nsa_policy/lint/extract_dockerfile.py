@@ -5,12 +5,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from nsa_policy.lint.cliargs import parse_cli
-from nsa_policy.lint.extract_shell import ShellState, launches_in_shell
-from nsa_policy.lint.extract_structured import launch_start_texts
+from nsa_policy.lint.extract_shell import ShellState, launches_in_shell, launches_in_string
 from nsa_policy.lint.report import EnvValue, FileScan, Launch
-from nsa_policy.lint.shell import Expander, split_commands, vllm_launch_start
-from nsa_policy.lint.text import LineIndex
+from nsa_policy.lint.shell import Expander, Word, command_string, find_launch, launch_from, mentions_launch, split_commands
+from nsa_policy.lint.text import FixedIndex, LineIndex
 from nsa_policy.lint.tree import ParseError, json_document
 
 _INSTR = re.compile(r"^[ \t]*([A-Za-z]+)[ \t]*", re.M)
@@ -22,6 +20,9 @@ class _Stage:
     env: dict[str, EnvValue] = field(default_factory=dict)
     entrypoint: Optional[tuple] = None  # ("exec", tokens) | ("shell", chunk, base)
     cmd: Optional[tuple] = None
+    name: Optional[str] = None  # FROM … AS name
+    # the lines this stage and the stages it builds on span: their image tags and pins name its release
+    lines: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _instructions(text: str):
@@ -46,16 +47,33 @@ def _instructions(text: str):
 
 
 def scan_dockerfile(path: str, text: str, index: LineIndex) -> FileScan:
+    """Each stage's launch (its ENTRYPOINT and CMD), with the stage's ENV; the release it targets is read
+    only from the image tags and pins of that stage and of the stages it is built FROM (a multi-stage
+    build's first stage does not judge the final one)."""
     scan = FileScan(path)
     stage = _Stage()
+    stages: dict[str, _Stage] = {}
+    begin_line = 1
 
-    def finish(st: _Stage) -> None:
-        scan.launches.extend(_stage_launches(st, path, index))
+    def finish(st: _Stage, last_line: int) -> None:
+        st.lines.append((begin_line, last_line))
+        for la in _stage_launches(st, path, index):
+            la.scope = tuple(st.lines)
+            scan.launches.append(la)
 
-    for kw, chunk, base, _line_start in _instructions(text):
+    for kw, chunk, base, line_start in _instructions(text):
         if kw == "FROM":
-            finish(stage)
+            line = index.loc(path, line_start).line
+            finish(stage, line - 1)
+            words = chunk.split()
+            parent = stages.get(words[0].lower()) if words else None
             stage = _Stage()
+            if parent is not None:  # FROM builder AS final: the parent's ENV, tags and pins carry over
+                stage.exp, stage.env, stage.lines = parent.exp.copy(), dict(parent.env), list(parent.lines)
+            if len(words) >= 3 and words[-2].lower() == "as":
+                stage.name = words[-1].lower()
+                stages[stage.name] = stage
+            begin_line = line
         elif kw in ("ENV", "ARG"):
             words = [w for cmd in split_commands(chunk, base, stage.exp) for w in cmd]
             if kw == "ENV" and words and "=" not in words[0].text and len(words) > 1:
@@ -74,7 +92,7 @@ def scan_dockerfile(path: str, text: str, index: LineIndex) -> FileScan:
                 stage.entrypoint, stage.cmd = form, None  # a new ENTRYPOINT resets CMD
             else:
                 stage.cmd = form
-    finish(stage)
+    finish(stage, index.loc(path, len(text)).line)
     return scan
 
 
@@ -91,8 +109,11 @@ def _form(chunk: str, base: int, path: str, index: LineIndex) -> tuple:
         if node is not None and node.kind == "seq" and all(isinstance(i.value, str) for i in node.items):
             tokens = []
             for item in node.items:
-                loc = index.loc(path, off + sub_index.offset(item.line, item.col))
-                tokens.append((item.value, loc, None))
+                at = off + sub_index.offset(item.line, item.col)
+                loc = index.loc(path, at)
+                plain = index.text[at + 1:at + 1 + len(item.value)] == item.value and "\\" not in item.value
+                # the 4th field: the file offset of the string's text when it is the value as written
+                tokens.append((item.value, loc, None, at + 1 if plain else None))
             return ("exec", tokens)
     return ("shell", chunk, base)
 
@@ -101,26 +122,29 @@ def _stage_launches(st: _Stage, path: str, index: LineIndex) -> list[Launch]:
     ep, cmd = st.entrypoint, st.cmd
     if ep is not None and ep[0] == "exec":
         tokens = list(ep[1]) + (list(cmd[1]) if cmd is not None and cmd[0] == "exec" else [])
-        return _exec_launch(tokens, st, path)
+        return _exec_launch(tokens, st, path, index)
     if ep is not None:
         return _shell_launch(ep, st, path, index)
     if cmd is not None:
-        return _exec_launch(cmd[1], st, path) if cmd[0] == "exec" else _shell_launch(cmd, st, path, index)
+        return _exec_launch(cmd[1], st, path, index) if cmd[0] == "exec" else _shell_launch(cmd, st, path, index)
     return []
 
 
-def _exec_launch(tokens: list, st: _Stage, path: str) -> list[Launch]:
-    start = launch_start_texts([t[0] for t in tokens])
-    vstart = vllm_launch_start([t[0] for t in tokens]) if start is None else None
-    if vstart is not None:
-        from nsa_policy.engines.vllm.lint import parse_vllm_cli
-
-        return [Launch(path, tokens[0][1], "dockerfile", args=parse_vllm_cli(tokens[vstart:]), env=dict(st.env),
-                       engine="vllm")]
-    if start is None:
-        # ["sh", "-c", "python -m sglang.launch_server …"] has no positions inside the string; say where it starts
+def _exec_launch(tokens: list, st: _Stage, path: str, index: LineIndex) -> list[Launch]:
+    texts = [t[0] for t in tokens]
+    hit = find_launch(texts)
+    if hit is not None:
+        engine, start = hit
+        return [launch_from(engine, [t[:3] for t in tokens[start:]], path, tokens[0][1], "dockerfile", dict(st.env))]
+    j = command_string(texts)  # ["bash", "-c", "python -m sglang.launch_server …"]
+    if j is None or not mentions_launch(texts[j]):
         return []
-    return [Launch(path, tokens[0][1], "dockerfile", args=parse_cli(tokens[start:]), env=dict(st.env))]
+    value, at, exact = tokens[j][0], tokens[j][1], tokens[j][3] if len(tokens[j]) > 3 else None
+    word = Word(value, exact if exact is not None else 0, (exact or 0) + len(value), None, True)
+    state = ShellState(Expander(st.exp.vars), dict(st.env))
+    if exact is not None:  # the JSON string holds no escapes: its text is the file's, placed exactly
+        return launches_in_shell(value, exact, index, path, state, "dockerfile")
+    return launches_in_string(word, FixedIndex(value, at), path, state, "dockerfile")
 
 
 def _shell_launch(form: tuple, st: _Stage, path: str, index: LineIndex) -> list[Launch]:

@@ -5,12 +5,23 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from nsa_policy.lint.cliargs import parse_cli
-from nsa_policy.lint.report import EnvValue, FileScan, Launch
-from nsa_policy.lint.shell import Expander, Word, assignment, launch_start, mentions_launch, split_commands, vllm_launch_start
-from nsa_policy.lint.text import LineIndex
+from nsa_policy.lint.confine import OutsideTree, Reader
+from nsa_policy.lint.report import Diagnostic, EnvValue, FileScan, Launch, Location, finding
+from nsa_policy.lint.shell import (
+    Expander,
+    Word,
+    assignment,
+    command_string,
+    find_launch,
+    launch_from,
+    mentions_launch,
+    split_commands,
+)
+from nsa_policy.lint.text import FixedIndex, LineIndex
 
 _DECLARE = ("export", "declare", "typeset", "readonly", "local")
+MAX_SOURCE_DEPTH = 2  # `source` inside a sourced file inside a sourced file: deeper ones are not followed
+MAX_SHELL_DEPTH = 8  # sh -c "sh -c \"…\"" nesting
 
 
 @dataclass
@@ -23,13 +34,20 @@ class ShellState:
     auto_export: bool = False
     base_dir: Optional[str] = None
     depth: int = 0
+    reader: Optional[Reader] = None
+    # findings the extraction itself makes (a sourced file outside the linted tree), shared by nested states
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def nested(self) -> ShellState:
+        return ShellState(self.exp.copy(), dict(self.env), dict(self.assigned_at), self.auto_export, self.base_dir,
+                          self.depth + 1, self.reader, self.diagnostics)
 
 
 def launches_in_shell(chunk: str, base: int, index: LineIndex, path: str, state: ShellState,
                       kind: str = "shell") -> list[Launch]:
     found: list[Launch] = []
 
-    def loc(w: Word):
+    def loc(w: Word) -> Location:
         return index.loc(path, w.start)
 
     def on_command(words: list[Word]) -> None:
@@ -51,7 +69,7 @@ def launches_in_shell(chunk: str, base: int, index: LineIndex, path: str, state:
                     state.env[w.text] = state.assigned_at[w.text]
             return
         if head in ("source", ".") and len(words) > 1:
-            _source(words[1].text, state, index, path)
+            _source(words[1], state, loc(words[1]), path)
             return
         k = 0
         prefix: dict[str, EnvValue] = {}
@@ -65,33 +83,34 @@ def launches_in_shell(chunk: str, base: int, index: LineIndex, path: str, state:
             for name, ev in prefix.items():
                 _assign(state, name, ev.value, ev, state.auto_export)
             return
-        start = launch_start(words)
-        if start is not None:
-            launch = Launch(path=path, loc=loc(words[k]), kind=kind,
-                            args=parse_cli((w.text, loc(w), w.unresolved) for w in words[start:]),
-                            env={**state.env, **prefix})
-            found.append(launch)
+        texts = [w.text for w in words]
+        hit = find_launch(texts)
+        if hit is not None:
+            engine, start = hit
+            found.append(launch_from(engine, [(w.text, loc(w), w.unresolved) for w in words[start:]], path,
+                                     loc(words[k]), kind, {**state.env, **prefix}))
             return
-        vstart = vllm_launch_start([w.text for w in words])
-        if vstart is not None:
-            from nsa_policy.engines.vllm.lint import parse_vllm_cli
-
-            found.append(Launch(path=path, loc=loc(words[k]), kind=kind, engine="vllm",
-                                args=parse_vllm_cli([(w.text, loc(w), w.unresolved) for w in words[vstart:]]),
-                                env={**state.env, **prefix}))
-            return
-        for j, w in enumerate(words):  # sh -c "python -m sglang.launch_server …"
-            if w.quoted and j > 0 and words[j - 1].text == "-c" and mentions_launch(w.text):
-                raw = index.text[w.start:w.end]
-                if raw[:1] in "'\"" and raw[-1:] == raw[:1]:
-                    inner = ShellState(Expander(state.exp.vars), dict(state.env), dict(state.assigned_at),
-                                       state.auto_export, state.base_dir, state.depth + 1)
-                    for la in launches_in_shell(raw[1:-1], w.start + 1, index, path, inner, kind):
-                        la.env = {**la.env, **prefix}
-                        found.append(la)
+        j = command_string(texts)  # sh -c "python -m sglang.launch_server …", bash -lc, sh -xc -- …
+        if j is not None and mentions_launch(words[j].text) and state.depth < MAX_SHELL_DEPTH:
+            w = words[j]
+            inner = state.nested()
+            for la in launches_in_string(w, index, path, inner, kind):
+                la.env = {**la.env, **prefix}
+                found.append(la)
 
     split_commands(chunk, base, state.exp, on_command)
     return found
+
+
+def launches_in_string(w: Word, index: LineIndex, path: str, state: ShellState, kind: str) -> list[Launch]:
+    """The launches of a shell command string (the word after `-c`). Read from the file's own text, placed
+    exactly, when the word is one quoted string the outer shell passes unchanged; otherwise from its value
+    (the outer shell's quoting and escapes already applied), placed where the word starts."""
+    raw = index.text[w.start:w.end] if not isinstance(index, FixedIndex) else ""
+    simple = len(raw) >= 2 and raw[0] in "'\"" and raw[-1] == raw[0] and raw[1:-1] == w.text
+    if simple:
+        return launches_in_shell(raw[1:-1], w.start + 1, index, path, state, kind)
+    return launches_in_shell(w.text, 0, FixedIndex(w.text, index.loc(path, w.start)), path, state, kind)
 
 
 def _assign(state: ShellState, name: str, value: str, ev: EnvValue, exported: bool) -> None:
@@ -101,25 +120,37 @@ def _assign(state: ShellState, name: str, value: str, ev: EnvValue, exported: bo
         state.env[name] = ev
 
 
-def _source(target: str, state: ShellState, index: LineIndex, path: str) -> None:
-    """`source FILE` / `. FILE`: read its assignments when the file is beside the script."""
-    if state.depth >= 2 or state.base_dir is None or "$" in target:
+def _source(target_word: Word, state: ShellState, at: Location, path: str) -> None:
+    """`source FILE` / `. FILE`: read its assignments, when the file is inside the linted tree. A path
+    outside it is an NSA409 and is never opened; a device, a FIFO or a huge file is refused by the reader."""
+    target = target_word.text
+    if state.depth >= MAX_SOURCE_DEPTH or state.base_dir is None or target_word.unresolved or "$" in target:
         return
     full = os.path.normpath(os.path.join(state.base_dir, target))
-    try:
-        with open(full, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError):
+    shown = target
+    if state.reader is None:
         return
-    sub = ShellState(state.exp, state.env, state.assigned_at, state.auto_export, os.path.dirname(full), state.depth + 1)
+    try:
+        text = state.reader.read(full, field="source", shown=shown)
+    except OutsideTree:
+        state.diagnostics.append(finding(
+            "NSA409", f"'. {shown}' is outside the linted tree: lint never reads it; the variables it sets are "
+                      f"unknown here", at))
+        return
+    except (OSError, ValueError):  # not a regular UTF-8 file within the size limit: nothing to read from it
+        return
+    sub = ShellState(state.exp, state.env, state.assigned_at, state.auto_export, os.path.dirname(full),
+                     state.depth + 1, state.reader, state.diagnostics)
     rel = os.path.relpath(full) if not os.path.isabs(path) else full
     launches_in_shell(text, 0, LineIndex(text), rel, sub)
     state.auto_export = sub.auto_export
 
 
 def scan_shell(path: str, text: str, index: LineIndex, base_dir: Optional[str],
-               preset: Optional[dict[str, EnvValue]] = None) -> FileScan:
-    state = ShellState(base_dir=base_dir)
+               preset: Optional[dict[str, EnvValue]] = None, reader: Optional[Reader] = None) -> FileScan:
+    state = ShellState(base_dir=base_dir, reader=reader)
     for name, ev in (preset or {}).items():
         state.exp.vars.setdefault(name, ev.value)
-    return FileScan(path, launches_in_shell(text, 0, index, path, state))
+    scan = FileScan(path, launches_in_shell(text, 0, index, path, state))
+    scan.diagnostics += state.diagnostics
+    return scan

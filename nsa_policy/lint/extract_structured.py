@@ -12,14 +12,16 @@ import os
 import re
 from typing import Optional
 
+from nsa_policy import engines
 from nsa_policy.core.facts import THRESHOLD_ENV_VARS
 from nsa_policy.engines.sglang.flags import load_flags
 from nsa_policy.lint.cliargs import parse_cli
+from nsa_policy.lint.confine import OutsideTree, Reader
 from nsa_policy.lint.envfile import read_env_file
 from nsa_policy.lint.extract_shell import ShellState, launches_in_shell
-from nsa_policy.lint.report import Arg, EnvValue, Hint, Launch, Location
-from nsa_policy.lint.shell import Expander, mentions_launch, vllm_launch_start
-from nsa_policy.lint.text import HINT_KEYS, LineIndex
+from nsa_policy.lint.report import Arg, Diagnostic, EnvValue, Hint, Launch, Location, finding
+from nsa_policy.lint.shell import Expander, find_launch, launch_from, mentions_launch
+from nsa_policy.lint.text import FixedIndex, LineIndex, hint_keys
 from nsa_policy.lint.tree import N, scalar_source
 
 GPU_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator")
@@ -29,8 +31,10 @@ _LAUNCH_KEYS = ("command", "args", "entrypoint")
 
 class Structured:
     def __init__(self, path: str, text: str, index: LineIndex, base_dir: Optional[str], kind: str,
-                 dotenv: Optional[dict[str, EnvValue]] = None):
+                 dotenv: Optional[dict[str, EnvValue]] = None, reader: Optional[Reader] = None):
         self.path, self.text, self.index, self.base_dir, self.kind = path, text, index, base_dir, kind
+        self.reader = reader if reader is not None else Reader([])
+        self.diagnostics: list[Diagnostic] = []
         self.dotenv_vars = {k: v.value for k, v in (dotenv or {}).items()}
         self.reg = load_flags()
         self.consumed: set[int] = set()
@@ -56,7 +60,8 @@ class Structured:
                     la.env = {**doc_env, **la.env}
                     launches.append(la)
             elif node.kind == "scalar" and isinstance(node.value, str) and mentions_launch(node.value):
-                for la in self.shell_scalar(node, ShellState(Expander(self.dotenv_vars), dict(doc_env))):
+                for la in self.shell_scalar(node, ShellState(Expander(self.dotenv_vars), dict(doc_env),
+                                                             reader=self.reader, diagnostics=self.diagnostics)):
                     launches.append(la)
             elif node.kind == "map":
                 la = self.config(node)
@@ -108,7 +113,7 @@ class Structured:
         else:
             pairs = []
         for sub, val in pairs:
-            if sub in HINT_KEYS and val.kind == "scalar":
+            if sub in hint_keys() and val.kind == "scalar":
                 out.append(Hint(sub, str(val.value), self.loc(val), "annotation"))
             else:
                 self.bad_hints.append((sub, str(val.value), self.loc(val)))
@@ -143,7 +148,7 @@ class Structured:
         return EnvValue(text, loc)
 
     def env_files(self, node: Optional[N]) -> dict[str, EnvValue]:
-        """compose `env_file:` entries beside this file."""
+        """compose `env_file:` entries, read when they are inside the linted tree (NSA409 otherwise, unread)."""
         env: dict[str, EnvValue] = {}
         if node is None or self.base_dir is None:
             return env
@@ -153,7 +158,12 @@ class Structured:
             if target is None or not isinstance(target.value, str):
                 continue
             full = os.path.normpath(os.path.join(self.base_dir, target.value))
-            env.update(read_env_file(full, _display(full, self.path)))
+            try:
+                env.update(read_env_file(full, _display(full, self.path), self.reader, shown=target.value))
+            except OutsideTree:
+                self.diagnostics.append(finding(
+                    "NSA409", f"env_file {target.value!r} is outside the linted tree: lint never reads it; the "
+                              f"variables it sets are unknown here", self.loc(target)))
         return env
 
     def loose_env(self, root: N) -> dict[str, EnvValue]:
@@ -185,6 +195,7 @@ class Structured:
             return []
         file_env = self.env_files(node.get("env_file"))
         exp = Expander({**self.dotenv_vars, **{k: v.value for k, v in file_env.items()}})
+        exp.compose = self._kind(node) == "compose"
         env = {**file_env, **self.env_of(node.get("env")), **self.env_of(node.get("environment"), exp)}
         k8s_vars = {k: v.value for k, v in env.items()}
         tokens: list[tuple[str, Location, Optional[str]]] = []
@@ -201,18 +212,12 @@ class Structured:
             elif part.kind == "scalar" and isinstance(part.value, str):
                 tokens += self._shell_words(part, exp)
         texts = [t[0] for t in tokens]
-        start = launch_start_texts(texts)
-        if start is not None:
-            first = tokens[0]  # a launch start was found among them
-            return [Launch(self.path, first[1], self._kind(node), args=parse_cli(tokens[start:]), env=env)]
-        vstart = vllm_launch_start(texts)
-        if vstart is None and image_vllm and tokens:  # the image's ENTRYPOINT ["vllm", "serve"] gets these
-            vstart = 0
-        if vstart is not None:
-            from nsa_policy.engines.vllm.lint import parse_vllm_cli
-
-            return [Launch(self.path, tokens[0][1], self._kind(node), args=parse_vllm_cli(tokens[vstart:]), env=env,
-                           engine="vllm")]
+        hit = find_launch(texts)
+        if hit is None and image_vllm and tokens:  # the image's ENTRYPOINT ["vllm", "serve"] gets these
+            hit = (_VLLM_ENGINE, 0)
+        if hit is not None:
+            engine, start = hit
+            return [launch_from(engine, tokens[start:], self.path, tokens[0][1], self._kind(node), env)]
         launches: list[Launch] = []  # sh -c "… sglang.launch_server …"
         for part in parts:
             if part is None:
@@ -220,7 +225,10 @@ class Structured:
             items = part.items if part.kind == "seq" else [part]
             for item in items:
                 if item.kind == "scalar" and isinstance(item.value, str) and mentions_launch(item.value):
-                    state = ShellState(Expander({**exp.vars, **k8s_vars}), dict(env), base_dir=self.base_dir)
+                    inner = Expander({**exp.vars, **k8s_vars})
+                    inner.compose = exp.compose
+                    state = ShellState(inner, dict(env), base_dir=self.base_dir, reader=self.reader,
+                                       diagnostics=self.diagnostics)
                     launches += self.shell_scalar(item, state, self._kind(node))
         return launches
 
@@ -264,19 +272,21 @@ class Structured:
         from nsa_policy.lint.shell import split_commands
 
         src = scalar_source(node, self.text)
-        if src is None:
-            return [(w, self.loc(node), None) for w in str(node.value).split()]
+        index: LineIndex = self.index
+        if src is None:  # escapes: the value, placed at the scalar
+            src, index = (str(node.value), 0), FixedIndex(str(node.value), self.loc(node))
         chunk, base = src
         out = []
         for words in split_commands(chunk, base, exp):
-            out += [(w.text, self.index.loc(self.path, w.start), w.unresolved) for w in words]
+            out += [(w.text, index.loc(self.path, w.start), w.unresolved) for w in words]
         return out
 
     def shell_scalar(self, node: N, state: ShellState, kind: Optional[str] = None) -> list[Launch]:
         self.consumed.add(id(node))
         src = scalar_source(node, self.text)
-        if src is None:
-            return []
+        if src is None:  # escapes (\" \x73): the decoded value, placed at the scalar
+            value = str(node.value)
+            return launches_in_shell(value, 0, FixedIndex(value, self.loc(node)), self.path, state, kind or self.kind)
         chunk, base = src
         return launches_in_shell(chunk, base, self.index, self.path, state, kind or self.kind)
 
@@ -338,20 +348,15 @@ _COMPOSE_ONLY = ("ipc", "shm_size", "restart", "runtime", "container_name", "hea
 
 def _mentions(node: N) -> bool:
     if node.kind == "scalar":
-        return isinstance(node.value, str) and (mentions_launch(node.value) or node.value in ("sglang", "vllm")
-                                                or node.value.endswith(("/sglang", "/vllm")))
+        if not isinstance(node.value, str):
+            return False
+        names = engines.names()
+        return mentions_launch(node.value) or node.value in names or node.value.endswith(tuple("/" + n for n in names))
     return any(_mentions(i) for i in node.items)
 
 
-def launch_start_texts(texts: list[str]) -> Optional[int]:
-    for k, t in enumerate(texts):
-        if t == "sglang.launch_server" and k > 0 and texts[k - 1] == "-m":
-            return k + 1
-        if t.endswith("sglang/launch_server.py"):
-            return k + 1
-        if (t == "sglang" or t.endswith("/sglang")) and k + 1 < len(texts) and texts[k + 1] == "serve":
-            return k + 2
-    return None
+# The engine whose image's own ENTRYPOINT is its server (vllm/vllm-openai: ENTRYPOINT ["vllm", "serve"]).
+_VLLM_ENGINE = "vllm"
 
 
 def _display(full: str, like: str) -> str:

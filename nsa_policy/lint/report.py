@@ -58,7 +58,11 @@ class Launch:
     args: list[Arg] = field(default_factory=list)
     env: dict[str, EnvValue] = field(default_factory=dict)
     hints: list[Hint] = field(default_factory=list)
-    engine: str = "sglang"  # sglang | vllm (`vllm serve …`, nsa_policy/engines/vllm/lint.py)
+    engine: str = "sglang"  # the registered engine that runs it (its package's lint.py checks it)
+    # words lint cannot see into ("$@", an unset $EXTRA standing alone): each is an NSA409
+    unseen: list[tuple[str, Location]] = field(default_factory=list)
+    # the lines of the file whose image tags and pins name its release (a Dockerfile stage); None: all
+    scope: Optional[tuple[tuple[int, int], ...]] = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,14 @@ class Diagnostic:
         return {"path": self.loc.path, "line": self.loc.line, "column": self.loc.col, "code": self.code,
                 "level": self.level, "message": self.message, "fix": self.fix,
                 "alternatives": list(self.alternatives), "rule": self.rule}
+
+
+def finding(code: str, message: str, loc: Location) -> Diagnostic:
+    """A diagnostic at its code's documented level and fix (rules/codes.yaml)."""
+    from nsa_policy.catalog.codes import load_codes
+
+    doc = load_codes().codes[code]
+    return Diagnostic(code, doc.level, message, loc, doc.fix)
 
 
 @dataclass

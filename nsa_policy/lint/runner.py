@@ -1,6 +1,10 @@
 """Lint files: find them, read each with the extractor for its kind, check every launch found.
 
-A file that cannot be read or parsed gives one NSA404 diagnostic and the run goes on.
+One wrapper (`_guarded`) stands around every reader, parser and check of a file: a file that cannot
+be read or parsed, or whose input no reader converts (a number of 5000 digits, nesting past the
+limits, a YAML error of any PyYAML release), gives one NSA404 diagnostic at its file:line, and the
+run goes on with the other files. Files a linted file names are read only inside the linted tree
+(confine.py).
 """
 from __future__ import annotations
 
@@ -8,7 +12,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import yaml
+
+from nsa_policy.base.errors import NsaPolicyError
 from nsa_policy.base.safe_io import UnsafeInput, read_bytes
+from nsa_policy.lint.confine import Reader
 from nsa_policy.lint.discover import iter_files
 from nsa_policy.lint.envfile import EnvSyntaxError, read_env_file, scan_env
 from nsa_policy.lint.extract_dockerfile import scan_dockerfile
@@ -19,8 +27,12 @@ from nsa_policy.lint.report import Diagnostic, FileScan, Hint, Location
 from nsa_policy.lint.text import LineIndex, comment_hints, requirements_pins
 from nsa_policy.lint.tree import ParseError, json_document, toml_document, yaml_documents
 
+# What a reader or parser may raise on hostile input; anything else is a bug and is not hidden.
+_INPUT_FAILURES = (ParseError, EnvSyntaxError, NsaPolicyError, RecursionError, ValueError, yaml.YAMLError)
+
 # Structured files that mention none of these cannot hold an sglang launch or DSA setting; they are
-# counted as scanned but not parsed (lint is not a YAML/JSON/TOML validator).
+# counted as scanned but not parsed (lint is not a YAML/JSON/TOML validator). A file with a backslash
+# escape (YAML/JSON "\x73glang", "\u0073") may spell one in a way no text search sees: it is parsed.
 # vLLM `--config` files name neither engine: their DSA-relevant keys mark them
 _MARKERS = ("sglang", "vllm", "nsa", "dsa", "kv-cache", "kv_cache", "model-path", "model_path", "attention-backend",
             "attention_backend", "tensor-parallel-size", "tensor_parallel_size")
@@ -45,20 +57,22 @@ def lint_paths(paths: list[str], opts: Optional[LintOptions] = None, excludes: t
     from nsa_policy.base.errors import InputError
 
     opts = opts or LintOptions()
-    checker = Checker(opts)
     for p in paths:
         if not os.path.exists(p):
             raise InputError("path", p, hint="no such file or folder")
+    reader = Reader(list(paths))
+    checker = Checker(opts, reader)
     report = LintReport()
     for path, kind in iter_files(list(paths), list(excludes), use_gitignore):
-        scan = scan_file(path, kind, report)
+        scan = scan_file(path, kind, report, reader)
         if scan is None:
             continue
         report.files_scanned += 1
         report.diagnostics += scan.diagnostics
         for launch in scan.launches:
             report.launches += 1
-            report.diagnostics += checker.check(launch)
+            report.diagnostics += checker.check(launch)  # guarded there: one launch never ends the run
+    report.paths += [p for p in reader.read_paths if p not in report.paths]
     seen = set()
     unique = []
     for d in sorted(report.diagnostics, key=lambda d: (d.loc.path, d.loc.line, d.loc.col, d.code, d.message)):
@@ -98,7 +112,30 @@ def _unparsable(path: str, message: str, line: Optional[int] = None, col: Option
     return scan
 
 
-def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
+def scan_file(path: str, kind: str, report: LintReport, reader: Optional[Reader] = None) -> Optional[FileScan]:
+    reader = reader if reader is not None else Reader([path])
+    try:
+        return _scan_file(path, kind, report, reader)
+    except ParseError as exc:
+        return _unparsable(path, str(exc), exc.line, exc.col)
+    except EnvSyntaxError as exc:
+        return _unparsable(path, f"not a valid env file: {exc}", exc.line, 1)
+    except RecursionError:
+        return _unparsable(path, "refused: nests deeper than lint reads")
+    except _INPUT_FAILURES as exc:
+        return _unparsable(path, f"cannot be read: {exc}", _line_of(exc))
+
+
+def _line_of(exc: BaseException) -> Optional[int]:
+    """The line an input error names in its value (`file:LINE`), if any."""
+    import re
+
+    value = getattr(exc, "value", None)
+    m = re.search(r":(\d+)$", value) if isinstance(value, str) else None
+    return int(m.group(1)) if m else None
+
+
+def _scan_file(path: str, kind: str, report: LintReport, reader: Reader) -> Optional[FileScan]:
     if kind == "unreadable":  # a named path that is no file or folder, or a folder that cannot be listed
         return _unreadable(path, report, f"cannot read: {_why_unreadable(path)}")
     try:
@@ -121,19 +158,16 @@ def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
                                  "Dockerfile, YAML, JSON, TOML or .env file)")
     index = LineIndex(text)
     base_dir = os.path.dirname(os.path.abspath(path))
-    try:
-        scan = _extract(path, kind, text, index, base_dir, report)
-    except ParseError as exc:
-        return _unparsable(path, str(exc), exc.line, exc.col)
-    except EnvSyntaxError as exc:
-        return _unparsable(path, f"not a valid env file: {exc}", exc.line, 1)
+    scan = _extract(path, kind, text, index, base_dir, report, reader)
     if scan is None:
         return FileScan(path)
     hints, bad = comment_hints(text, index, path)
     hints += _dsa_spelling(scan)
-    hints += requirements_pins(base_dir, path)  # after the file's own: a tag or pin in the file wins
+    beside = requirements_pins(base_dir, path, reader)  # after the file's own: a tag or pin in the file wins
     for la in scan.launches:
-        la.hints = hints + la.hints
+        own = [h for h in hints if la.scope is None or not _installed(h)
+               or any(a <= h.loc.line <= b for a, b in la.scope)]
+        la.hints = own + beside + la.hints
     from nsa_policy.catalog.codes import load_codes
 
     doc = load_codes().codes["NSA407"]
@@ -143,15 +177,21 @@ def scan_file(path: str, kind: str, report: LintReport) -> Optional[FileScan]:
     return scan
 
 
-def _extract(path: str, kind: str, text: str, index: LineIndex, base_dir: str, report: LintReport) -> Optional[FileScan]:
+def _installed(h: Hint) -> bool:
+    """A release read from what the file installs (image tag, pin), not from an explicit hint."""
+    return h.source.startswith(("image tag ", "pin "))
+
+
+def _extract(path: str, kind: str, text: str, index: LineIndex, base_dir: str, report: LintReport,
+             reader: Reader) -> Optional[FileScan]:
     if kind == "shell":
-        return scan_shell(path, text, index, base_dir, _dotenv(base_dir, path))
+        return scan_shell(path, text, index, base_dir, _dotenv(base_dir, path, reader), reader)
     if kind == "dockerfile":
         return scan_dockerfile(path, text, index)
     if kind == "env":
         return scan_env(path, text, index)
     lowered = text.lower()
-    if not any(m in lowered for m in _MARKERS) and "nsa-policy" not in lowered:
+    if not any(m in lowered for m in _MARKERS) and "nsa-policy" not in lowered and "\\" not in text:
         return None
     if kind == "yaml":
         try:
@@ -168,10 +208,11 @@ def _extract(path: str, kind: str, text: str, index: LineIndex, base_dir: str, r
     else:
         docs = [toml_document(text, index)]
         kind_name = "toml"
-    ex = Structured(path, text, index, base_dir, kind_name, _dotenv(base_dir, path))
+    ex = Structured(path, text, index, base_dir, kind_name, _dotenv(base_dir, path, reader), reader)
     scan = FileScan(path)
     for doc in docs:
         scan.launches += ex.document(doc)
+    scan.diagnostics += ex.diagnostics
     from nsa_policy.catalog.codes import load_codes
 
     doc7 = load_codes().codes["NSA407"]
@@ -193,13 +234,14 @@ def _dsa_spelling(scan: FileScan) -> list[Hint]:
     return []
 
 
-def _dotenv(base_dir: str, path: str) -> dict:
-    """Variables of a `.env` beside the file (compose reads it for interpolation; scripts often source it)."""
+def _dotenv(base_dir: str, path: str, reader: Reader) -> dict:
+    """Variables of a `.env` beside the file (compose reads it for interpolation; scripts often source it),
+    when it is inside the linted tree (a link out of it is not followed)."""
     full = os.path.join(base_dir, ".env")
-    if not os.path.isfile(full):
+    if not reader.exists(full):
         return {}
     shown = full if os.path.isabs(path) else os.path.relpath(full)
-    return read_env_file(full, shown)
+    return read_env_file(full, shown, reader)
 
 
 __all__ = ["LintReport", "lint_paths", "LintOptions"]

@@ -83,20 +83,49 @@ def _from_yaml(node: yaml.Node, index: LineIndex) -> N:
     return N("scalar", line, col, value=_yaml_scalar(node), start=start, end=end, style=node.style)
 
 
+def refused(exc: UnsafeInput) -> ParseError:
+    """A safe_io refusal as a ParseError, at the line its value names (`name:line`) when it names one."""
+    m = re.search(r":(\d+)$", str(exc.value))
+    return ParseError(f"refused: {exc.hint}", int(m.group(1)) if m else None)
+
+
 def yaml_documents(text: str, index: LineIndex) -> list[N]:
     try:
         check_yaml_text(text, "YAML")  # alias bombs and deep nesting, before anything composes or walks it
     except UnsafeInput as exc:
-        raise ParseError(f"refused: {exc.hint}") from None
+        raise refused(exc) from None
     try:
         nodes = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise ParseError(f"not valid YAML: {exc.problem or exc}", mark.line + 1 if mark else None,
                          mark.column + 1 if mark else None) from None
-    except yaml.YAMLError as exc:
+    except yaml.YAMLError as exc:  # any PyYAML release's error class
         raise ParseError(f"not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ParseError(f"refused: nests deeper than {MAX_DEPTH} levels") from None
     return [_from_yaml(n, index) for n in nodes if n is not None]
+
+
+def merged_pairs(node: N) -> list[tuple[N, N]]:
+    """A YAML mapping's pairs with its merge keys (`<<: *base`, `<<: [*a, *b]`) applied, as YAML 1.1 reads
+    them: the mapping's own keys win, then the merged mappings in order. Without merge keys: node.pairs."""
+    if not any(k.value == "<<" and k.style is None for k, _ in node.pairs):
+        return node.pairs
+    own = [(k, v) for k, v in node.pairs if not (k.value == "<<" and k.style is None)]
+    seen = {k.value for k, _ in own if isinstance(k.value, (str, int, float, bool))}
+    merged: list[tuple[N, N]] = []
+    for k, v in node.pairs:
+        if not (k.value == "<<" and k.style is None):
+            continue
+        sources = [v] if v.kind == "map" else [i for i in v.items if i.kind == "map"] if v.kind == "seq" else []
+        for src in sources:
+            for mk, mv in merged_pairs(src):
+                if isinstance(mk.value, (str, int, float, bool)) and mk.value in seen:
+                    continue
+                seen.add(mk.value)
+                merged.append((mk, mv))
+    return merged + own
 
 
 def scalar_source(node: N, text: str) -> Optional[tuple[str, int]]:
@@ -117,6 +146,8 @@ def scalar_source(node: N, text: str) -> Optional[tuple[str, int]]:
     if node.style in ("'", '"'):
         s, e = s + 1, e - 1
     chunk = text[s:e]
+    if node.style == '"' and "\\" in chunk:
+        return None  # escapes (\" \x73 \n): the source is not the value; callers read the value itself
     if node.style == "'":
         chunk = chunk.replace("''", "' ")  # keeps the length; an escaped quote is not a word break
     return chunk.replace("\n", " "), s
@@ -214,7 +245,11 @@ class _Json:
         if m:
             self.i = m.end()
             txt = m.group(0)
-            return N("scalar", loc.line, loc.col, value=float(txt) if any(ch in txt for ch in ".eE") else int(txt))
+            try:
+                number = float(txt) if any(ch in txt for ch in ".eE") else int(txt)
+            except ValueError:  # more digits than int() converts
+                raise ParseError(f"not valid JSON: a number of {len(txt)} characters", loc.line, loc.col) from None
+            return N("scalar", loc.line, loc.col, value=number)
         raise self.fail(f"unexpected {c!r}")
 
 
@@ -253,7 +288,7 @@ def toml_document(text: str, index: LineIndex) -> N:
     try:
         data = load_toml_text(text, "TOML")
     except UnsafeInput as exc:
-        raise ParseError(f"refused: {exc.hint}") from None
+        raise refused(exc) from None
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+), column (\d+)", str(exc))
         raise ParseError(f"not valid TOML: {exc}", int(m.group(1)) if m else None,

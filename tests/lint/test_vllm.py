@@ -7,7 +7,7 @@ from pathlib import Path
 from nsa_policy.engines.vllm.lint import parse_vllm_cli
 from nsa_policy.lint import LintOptions, lint_paths
 from nsa_policy.lint.report import Location
-from nsa_policy.lint.shell import vllm_launch_start
+from nsa_policy.engines.vllm.lint import launch_start as vllm_launch_start
 
 from .helpers import DATA, findings
 

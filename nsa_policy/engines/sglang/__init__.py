@@ -6,7 +6,7 @@ changelog. Submodules load on first use: importing the engine object costs nothi
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from nsa_policy.engines.base import Engine
 
@@ -101,6 +101,27 @@ class SglangEngine(Engine):
         from nsa_policy.engines.sglang.invariants import check_invariants
 
         return check_invariants(decision, facts, catalog)
+
+    # ------------------------------------------------------------------ launch and lint (engines/sglang/lint.py)
+    def launch_start(self, words: Sequence[str]) -> Optional[int]:
+        from nsa_policy.engines.sglang.lint import launch_start
+
+        return launch_start(words)
+
+    def parse_cli(self, tokens: Sequence[Any]) -> Any:
+        from nsa_policy.engines.sglang.lint import parse_cli
+
+        return parse_cli(tokens)
+
+    def lint_launch(self, checker: Any, launch: Any) -> list[Any]:
+        from nsa_policy.engines.sglang.lint import lint_launch
+
+        return lint_launch(checker, launch)
+
+    def image_pins(self) -> tuple[tuple[str, str], ...]:
+        from nsa_policy.engines.sglang.lint import image_pins
+
+        return image_pins()
 
 
 ENGINE = SglangEngine()

@@ -137,5 +137,26 @@ def _compile_first_valid(out: str, arg: Any, err: Any) -> Any:
 
     return compile_first_valid(out, arg, err)
 
+    # ------------------------------------------------------------------ launch and lint (engines/vllm/lint.py)
+    def launch_start(self, words: Sequence[str]) -> Optional[int]:
+        from nsa_policy.engines.vllm.lint import launch_start
+
+        return launch_start(words)
+
+    def parse_cli(self, tokens: Sequence[Any]) -> Any:
+        from nsa_policy.engines.vllm.lint import parse_cli
+
+        return parse_cli(tokens)
+
+    def lint_launch(self, checker: Any, launch: Any) -> list[Any]:
+        from nsa_policy.engines.vllm.lint import lint_launch
+
+        return lint_launch(checker, launch)
+
+    def image_pins(self) -> tuple[tuple[str, str], ...]:
+        from nsa_policy.engines.vllm.lint import image_pins
+
+        return image_pins()
+
 
 ENGINE = VllmEngine()

@@ -5,7 +5,7 @@ vllm-0.33 when asked), each finding placed at the flag it is about; removed envi
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from nsa_policy.api import build_facts, decide
 from nsa_policy.base.errors import InputError
@@ -23,29 +23,58 @@ _BOOL_ARGS = ("sparse_mla_force_mqa",)
 _INT_ARGS = ("block_size", "tensor_parallel_size", "decode_context_parallel_size", "prefill_context_parallel_size")
 
 
+def vllm_flag(written: str, table: dict[str, str]) -> str:
+    """A flag as vLLM's FlexibleArgumentParser and argparse read it: `_` → `-` in a long option's name (up
+    to the first `.`), then a unique prefix of a known long option (allow_abbrev) as that option.
+    InputError for a prefix of two known options (argparse: ambiguous option)."""
+    if not written.startswith("--"):
+        return written
+    head, dot, rest = written.partition(".")
+    flag = head.replace("_", "-") + dot + rest
+    if flag in table or dot or len(flag) < 5:
+        return flag
+    hits = sorted({f for f in table if f.startswith(flag) and f.startswith("--")})
+    if len(hits) > 1 and len({table[f] for f in hits}) > 1:
+        raise InputError(written, written, hits, hint="an abbreviation of several vLLM options (argparse: ambiguous "
+                                                      "option); write the flag in full")
+    return hits[0] if hits else flag
+
+
 def parse_vllm_cli(tokens: Iterable[Token]) -> list[Arg]:
-    """The words after `vllm serve` as arguments. A first positional word is the model (spelt `--model`
-    in the result); `-ac.KEY` keys keep their spelling. Flags outside the registry keep a value when the
-    next word is not a flag."""
+    """The words after `vllm serve` as arguments, read as vLLM reads them: underscores and abbreviations
+    (vllm_flag), `--flag=value` and `-dcp=2`; the positional word wherever it stands is the model (spelt
+    `--model` in the result); `-ac.KEY` keys keep their spelling. Flags outside the registry keep a value
+    when the next word is not a flag. A word lint cannot see ("$@") is kept as an `unseen` argument."""
     table = load_vllm().flag_table()
     toks = list(tokens)
     args: list[Arg] = []
+    model_seen = False
     i = 0
-    if toks and not toks[0][0].startswith("-"):
-        args.append(Arg("--model", toks[0][0], toks[0][1], "flag", toks[0][2]))
-        i = 1
     while i < len(toks):
         text, loc, unresolved = toks[i]
         i += 1
-        if not text.startswith("-") or text in ("-", "--"):
+        if text == "--":
             continue
-        if "=" in text and text.startswith("--"):
+        if not text.startswith("-") or text == "-":
+            if unresolved is not None:
+                args.append(Arg(text, None, loc, "unseen", unresolved))
+            elif not model_seen:
+                args.insert(0, Arg("--model", text, loc, "flag", unresolved))
+                model_seen = True
+            continue
+        if "=" in text:
             flag, _, value = text.partition("=")
+            flag = vllm_flag(flag, table)
+            if flag == "--model":
+                model_seen = True
             args.append(Arg(flag, value, loc, "flag", unresolved))
             continue
+        text = vllm_flag(text, table)
         nxt = toks[i] if i < len(toks) else None
         takes = text in table or text in _AC_WHOLE or text.startswith(_AC_PREFIXES)
         if nxt is not None and (takes or not nxt[0].startswith("-")):
+            if text == "--model":
+                model_seen = True
             args.append(Arg(text, nxt[0], loc, "flag", nxt[2]))
             i += 1
         else:
@@ -64,15 +93,19 @@ def node_value(node: Any) -> Any:
         return node.value
     if node.kind == "seq":
         return [node_value(i) for i in node.items]
-    return {k.value: node_value(v) for k, v in node.pairs}
+    from nsa_policy.lint.tree import merged_pairs
+
+    return {k.value: node_value(v) for k, v in merged_pairs(node)}
 
 
 def config_mapping_args(node: Any, path: str) -> list[Arg]:
     """A `vllm serve --config` mapping's keys as the flags vLLM turns them into: `--KEY VALUE` (keys are the
     long flag names without `--`; vLLM's parser also takes underscores), `True` a bare flag, each placed at
     its key. An `attention-config` mapping stays one `--attention-config` argument."""
+    from nsa_policy.lint.tree import merged_pairs
+
     out = []
-    for k, v in node.pairs:
+    for k, v in merged_pairs(node):
         if not isinstance(k.value, str):
             continue
         key = k.value.replace("_", "-")
@@ -83,12 +116,12 @@ def config_mapping_args(node: Any, path: str) -> list[Arg]:
     return out
 
 
-def read_config_file(arg: Arg, base_dir: str) -> list[Arg]:
+def read_config_file(arg: Arg, base_dir: str, read: Optional[Callable[[str], str]] = None) -> list[Arg]:
     """The arguments of the YAML file a `--config` names (relative to `base_dir`). Raises InputError
-    (one line: the flag, the path, why) when it cannot be read or is not one mapping."""
+    (one line: the flag, the path, why) when it cannot be read or is not one mapping. `read`: how the
+    file is read (lint: only inside the linted tree); default: safe_io.read_text."""
     import os
 
-    from nsa_policy.base.errors import InputError
     from nsa_policy.base.safe_io import read_text
     from nsa_policy.lint.text import LineIndex
     from nsa_policy.lint.tree import ParseError, yaml_documents
@@ -97,7 +130,7 @@ def read_config_file(arg: Arg, base_dir: str) -> list[Arg]:
         raise InputError(CONFIG_FLAG, arg.value, hint="takes the path of a YAML file")
     full = arg.value if os.path.isabs(arg.value) else os.path.join(base_dir, arg.value)
     try:
-        text = read_text(full, field=CONFIG_FLAG)
+        text = read(full) if read is not None else read_text(full, field=CONFIG_FLAG)
     except OSError as exc:
         raise InputError(CONFIG_FLAG, arg.value, hint=f"cannot read it: {exc.strerror or exc}") from None
     try:
@@ -110,7 +143,8 @@ def read_config_file(arg: Arg, base_dir: str) -> list[Arg]:
 
 
 def with_config_files(launch_args: list[Arg], base_dir: str,
-                      bad: Optional[Callable[[str, Arg], None]] = None) -> list[Arg]:
+                      bad: Optional[Callable[[str, Arg], None]] = None,
+                      read: Optional[Callable[[str], str]] = None) -> list[Arg]:
     """The launch's arguments with each `--config FILE` replaced by the file's arguments, placed first:
     vLLM's command-line arguments win over the file's. A file that cannot be read is told to `bad`
     (lint), or raises InputError when there is none (launch)."""
@@ -121,7 +155,7 @@ def with_config_files(launch_args: list[Arg], base_dir: str,
             rest.append(arg)
             continue
         try:
-            files += read_config_file(arg, base_dir)
+            files += read_config_file(arg, base_dir, read)
         except InputError as exc:
             if bad is None:
                 raise
@@ -242,14 +276,34 @@ def _target_release(checker: Checker, launch: Launch, out: list[Diagnostic]) -> 
 
 def _policy(checker: Checker, launch: Launch, out: list[Diagnostic]) -> str:
     """A vLLM bundle named by --policy or a hint; anything else means `default` (vllm-default)."""
-    policy = checker._policy(launch, out)
+    policy = checker.policy(launch, out)
     return policy if policy.startswith("vllm-") else "default"
+
+
+def _read_confined(checker: Checker, launch: Launch, out: list[Diagnostic]) -> Callable[[str], str]:
+    """How lint reads a `--config` file: only inside the linted tree (checker.reader); a path outside it
+    is an NSA409 and is never opened."""
+    from nsa_policy.lint.confine import OutsideTree
+
+    def read(full: str) -> str:
+        try:
+            return checker.reader.read(full, field=CONFIG_FLAG)
+        except OutsideTree as exc:
+            out.append(checker.diag("NSA409", f"{CONFIG_FLAG} {exc.value!r} is outside the linted tree: lint never "
+                                              f"reads it; the arguments it holds were not checked", launch.loc))
+            raise _Skipped() from None
+
+    return read
+
+
+class _Skipped(InputError):
+    def __init__(self) -> None:
+        super().__init__(CONFIG_FLAG, None, hint="outside the linted tree")
 
 
 def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
     import os
 
-    from nsa_policy.lint.launch_checks import rule_needs
 
     vc = load_vllm()
     out: list[Diagnostic] = []
@@ -264,9 +318,11 @@ def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
                 fix=f"Remove {name}{f' and pass {var.replaced_by}' if var.replaced_by else ''}."))
 
     def bad(msg: str, arg: Arg) -> None:
-        out.append(checker.diag("NSA406", msg, arg.loc))
+        if "outside the linted tree" not in msg:  # said once, as NSA409, by the reader
+            out.append(checker.diag("NSA406", msg, arg.loc))
 
-    launch_args = with_config_files(launch.args, os.path.dirname(os.path.abspath(launch.path)), bad)
+    launch_args = with_config_files(launch.args, os.path.dirname(os.path.abspath(launch.path)), bad,
+                                    _read_confined(checker, launch, out))
     config, by_field, model_arg = vllm_config(launch_args, bad)
     policy = _policy(checker, launch, out)
     bundle = "vllm-default" if policy == "default" else policy
@@ -275,20 +331,38 @@ def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
         model = checker.resolve_model(model_arg.value)
         if model is None:
             return out  # not a DSA model nsa-policy knows (or a local path it cannot read): nothing to decide
-    devices = checker._devices(launch, out)
+    devices = checker.devices(launch, out)
     if not devices:
         out.append(checker.no_device(bundle, launch.loc, "vLLM launch"))
+    found = _decide(checker, launch, policy, bundle, config, by_field, model, devices)
+    if isinstance(found, Diagnostic):
+        return out + [found]
+    default = "default"
+    out += checker.floor(policy, found, lambda: _as_list(_decide(checker, launch, default, "vllm-default", config,
+                                                                  by_field, model, devices)))
+    return out
+
+
+def _as_list(found: Any) -> list[Diagnostic]:
+    return [found] if isinstance(found, Diagnostic) else found
+
+
+def _decide(checker: Checker, launch: Launch, policy: str, bundle: str, config: dict[str, Any],
+            by_field: dict[str, Arg], model: Any, devices: list) -> Any:
+    """The policy's findings for the launch under `policy`, or the one NSA406 when it cannot be evaluated."""
+    from nsa_policy.lint.launch_checks import rule_needs
+
     cat = checker.catalog
     placeholder = next(c for c in cat.device_classes if cat.runs_dsa(c))
     runs = devices or [(cat.device(placeholder), None)]
     mdl = model or cat.model(cat.model_ids[0])
     needs = rule_needs(bundle)
+    out: list[Diagnostic] = []
     for dev, hint in runs:
         try:
             facts = build_facts(config, device=dev, model=mdl, env={}, engine="vllm")
         except InputError as exc:
-            out.append(checker.diag("NSA406", f"the vLLM launch's arguments cannot be evaluated: {exc}", launch.loc))
-            return out
+            return checker.diag("NSA406", f"the vLLM launch's arguments cannot be evaluated: {exc}", launch.loc)
         decision = decide(facts, policy, trace=False)
         for f in decision.findings:
             need = needs.get(f.rule or "")
@@ -300,3 +374,34 @@ def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
             loc = next((by_field[fl].loc for fl in f.fields if fl in by_field), launch.loc)
             out.append(checker.diag(f.code, msg, loc, alternatives=f.alternatives, rule=f.rule))
     return out
+
+
+# ------------------------------------------------------------------ the vLLM Engine's lint hooks
+_API_SERVER = "vllm.entrypoints.openai.api_server"
+_VERSION = r"(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)"
+# The vLLM release: its OpenAI-server image (vllm/vllm-openai:v0.33.0) or a pin (vllm==0.33.0).
+IMAGE = r"(?<![\w.:/-])((?:[\w.-]+(?::\d+)?/)*vllm-openai):v?" + _VERSION + r"(?![\w.])([\w.-]*)"
+PIN = r"(?<![\w.-])vllm(?:\[[^\]\n]*\])?[ \t]*==[ \t]*" + _VERSION + r"(?![\w.+])"
+
+
+def launch_start(words: Sequence[str]) -> Optional[int]:
+    """Index of the first argument of a vLLM server launch (`vllm serve …`, `python -m
+    vllm.entrypoints.openai.api_server …`) among a command's words, or None."""
+    from nsa_policy.engines.sglang.lint import python_module_start
+
+    for k, t in enumerate(words):
+        if (t == "vllm" or t.endswith("/vllm")) and k + 1 < len(words) and words[k + 1] == "serve":
+            return k + 2
+    return python_module_start(words, _API_SERVER)
+
+
+def parse_cli(tokens: Sequence[Any]) -> list[Arg]:
+    return parse_vllm_cli(tokens)
+
+
+def lint_launch(checker: Checker, launch: Launch) -> list[Diagnostic]:
+    return check_vllm(checker, launch)
+
+
+def image_pins() -> tuple[tuple[str, str], ...]:
+    return ((IMAGE, PIN),)
