@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Iterator, Optional
+
+from nsa_policy.base.safe_io import read_text
 
 ALWAYS_SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox",
                                  ".mypy_cache", ".pytest_cache", ".ruff_cache"})
@@ -28,48 +29,110 @@ def classify(name: str) -> Optional[str]:
     return None
 
 
+MAX_IGNORE_BYTES = 1024 * 1024  # a .gitignore larger than this is not read
+MAX_PATTERN = 4096  # characters of one pattern
+
+
+class Glob:
+    """A gitignore glob matched without backtracking: an NFA over the pattern's tokens, run once over the
+    path (time: pattern length × path length). A regex with `[^/]*` per `*` backtracks exponentially on a
+    pattern like `*a*a*a*a*a*b`, and the linted tree chooses its own .gitignore."""
+
+    def __init__(self, pat: str):
+        self.anchored = "/" in pat.rstrip("/")
+        pat = pat.lstrip("/")
+        toks: list[tuple[str, object]] = []
+        i = 0
+        while i < len(pat):
+            if pat.startswith("**/", i):
+                toks.append(("dirs", None))  # zero or more whole folders
+                i += 3
+            elif pat.startswith("**", i):
+                toks.append(("globstar", None))
+                i += 2
+            elif pat[i] == "*":
+                toks.append(("star", None))
+                i += 1
+            elif pat[i] == "?":
+                toks.append(("any1", None))
+                i += 1
+            elif pat[i] == "[" and (j := pat.find("]", i + 2 if pat[i + 1:i + 2] in ("!", "^", "]") else i + 1)) != -1:
+                body = pat[i + 1:j]
+                neg = body[:1] in ("!", "^")
+                toks.append(("set", (neg, _ranges(body[1:] if neg else body))))
+                i = j + 1
+            elif pat[i] == "\\" and i + 1 < len(pat):
+                toks.append(("lit", pat[i + 1]))
+                i += 2
+            else:
+                toks.append(("lit", pat[i]))
+                i += 1
+        self.toks = toks
+
+    def _closure(self, states: set[int]) -> set[int]:
+        """States reachable without reading: a `*`, `**` or `**/` may match nothing."""
+        out, todo = set(states), list(states)
+        while todo:
+            s = todo.pop()
+            if s < len(self.toks) and self.toks[s][0] in ("star", "globstar", "dirs") and s + 1 not in out:
+                out.add(s + 1)
+                todo.append(s + 1)
+        return out
+
+    def match(self, path: str) -> bool:
+        """Whether the pattern matches `path` ('/'-separated, relative to the pattern's folder) or a folder it is in."""
+        end = len(self.toks)
+        states = self._closure({0})
+        for ch in path:
+            if end in states and ch == "/":
+                return True  # the pattern matched a folder this path is inside
+            nxt: set[int] = set()
+            for s in states:
+                if s >= end:
+                    continue
+                kind, arg = self.toks[s]
+                if kind == "lit" and arg == ch:
+                    nxt.add(s + 1)
+                elif kind in ("any1", "star") and ch != "/":
+                    nxt.add(s + 1 if kind == "any1" else s)
+                elif kind == "set" and ch != "/" and _in_set(ch, arg):
+                    nxt.add(s + 1)
+                elif kind == "globstar":
+                    nxt.add(s)
+                elif kind == "dirs":
+                    nxt.add(s)  # inside a folder name of the run …
+                    if ch == "/":
+                        nxt.add(s + 1)  # … or past its slash
+            if not self.anchored and ch == "/":
+                nxt.add(0)  # an unanchored pattern matches at any folder level
+            states = self._closure(nxt)
+            if not states and self.anchored:
+                return False
+        return end in states
+
+
+def _ranges(body: str) -> tuple[tuple[str, str], ...]:
+    out, i = [], 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            out.append((body[i], body[i + 2]))
+            i += 3
+        else:
+            out.append((body[i], body[i]))
+            i += 1
+    return tuple(out)
+
+
+def _in_set(ch: str, arg: object) -> bool:
+    neg, ranges = arg  # type: ignore[misc]
+    return any(a <= ch <= b for a, b in ranges) != neg
+
+
 @dataclass(frozen=True)
 class _Pattern:
-    regex: re.Pattern
+    glob: Glob
     negate: bool
     dir_only: bool
-
-
-def _translate(pat: str) -> str:
-    """gitignore glob → regex over a '/'-separated path relative to the pattern's folder."""
-    anchored = "/" in pat.rstrip("/")
-    pat = pat.lstrip("/")
-    out, i = [], 0
-    while i < len(pat):
-        if pat.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pat.startswith("/**", i) and i + 3 == len(pat):
-            out.append("/.*")
-            i += 3
-        elif pat.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pat[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pat[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pat[i] == "[":
-            j = pat.find("]", i + 1)
-            if j == -1:
-                out.append(re.escape(pat[i]))
-                i += 1
-            else:
-                body = pat[i + 1:j].replace("\\", "\\\\")
-                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-                i = j + 1
-        else:
-            out.append(re.escape(pat[i]))
-            i += 1
-    body = "".join(out)
-    return ("^" if anchored else "^(?:.*/)?") + body + "(?:/.*)?$"
 
 
 class IgnoreRules:
@@ -87,7 +150,9 @@ class IgnoreRules:
                 line = line[1:]
             line = line.replace("\\#", "#").replace("\\!", "!")
             dir_only = line.endswith("/")
-            self.patterns.append(_Pattern(re.compile(_translate(line.rstrip("/") or line)), negate, dir_only))
+            if len(line) > MAX_PATTERN:
+                continue  # no real pattern is this long
+            self.patterns.append(_Pattern(Glob(line.rstrip("/") or line), negate, dir_only))
 
     def verdict(self, path: str, is_dir: bool) -> Optional[bool]:
         """True: ignored, False: re-included by '!', None: these patterns say nothing.
@@ -101,7 +166,7 @@ class IgnoreRules:
         for p in self.patterns:
             if p.dir_only and not is_dir:
                 continue
-            if p.regex.match(rel):
+            if p.glob.match(rel):
                 result = not p.negate
         return result
 
@@ -118,11 +183,14 @@ def _ignored(path: str, is_dir: bool, rules: list[IgnoreRules], exclude: Optiona
 
 
 def _read_gitignore(folder: str) -> Optional[IgnoreRules]:
+    """A folder's .gitignore: a regular file, never through a symbolic link (git does not follow one either),
+    size-capped; a FIFO or a device there is never opened for a blocking read."""
     try:
-        with open(os.path.join(folder, ".gitignore"), encoding="utf-8") as fh:
-            return IgnoreRules(folder, fh.readlines())
-    except (OSError, UnicodeDecodeError):
+        text = read_text(os.path.join(folder, ".gitignore"), field=".gitignore", max_bytes=MAX_IGNORE_BYTES,
+                         follow_symlinks=False)
+    except ValueError:  # missing, a link, not a regular file, too large, not UTF-8: no patterns from it
         return None
+    return IgnoreRules(folder, text.splitlines())
 
 
 def iter_files(paths: list[str], excludes: list[str], use_gitignore: bool = True) -> Iterator[tuple[str, str]]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from nsa_policy.lint.confine import OutsideTree, Reader
-from nsa_policy.lint.report import Diagnostic, EnvValue, FileScan, Launch, Location, finding
+from nsa_policy.lint.report import OUTSIDE_FIX, Diagnostic, EnvValue, FileScan, Launch, Location, finding
 from nsa_policy.lint.shell import (
     Expander,
     Word,
@@ -135,7 +135,7 @@ def _source(target_word: Word, state: ShellState, at: Location, path: str) -> No
     except OutsideTree:
         state.diagnostics.append(finding(
             "NSA409", f"'. {shown}' is outside the linted tree: lint never reads it; the variables it sets are "
-                      f"unknown here", at))
+                      f"unknown here", at, OUTSIDE_FIX))
         return
     except (OSError, ValueError):  # not a regular UTF-8 file within the size limit: nothing to read from it
         return

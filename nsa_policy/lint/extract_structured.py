@@ -19,7 +19,7 @@ from nsa_policy.lint.cliargs import parse_cli
 from nsa_policy.lint.confine import OutsideTree, Reader
 from nsa_policy.lint.envfile import read_env_file
 from nsa_policy.lint.extract_shell import ShellState, launches_in_shell
-from nsa_policy.lint.report import Arg, Diagnostic, EnvValue, Hint, Launch, Location, finding
+from nsa_policy.lint.report import OUTSIDE_FIX, Arg, Diagnostic, EnvValue, Hint, Launch, Location, finding
 from nsa_policy.lint.shell import Expander, find_launch, launch_from, mentions_launch
 from nsa_policy.lint.text import FixedIndex, LineIndex, hint_keys
 from nsa_policy.lint.tree import N, scalar_source
@@ -163,7 +163,7 @@ class Structured:
             except OutsideTree:
                 self.diagnostics.append(finding(
                     "NSA409", f"env_file {target.value!r} is outside the linted tree: lint never reads it; the "
-                              f"variables it sets are unknown here", self.loc(target)))
+                              f"variables it sets are unknown here", self.loc(target), OUTSIDE_FIX))
         return env
 
     def loose_env(self, root: N) -> dict[str, EnvValue]:

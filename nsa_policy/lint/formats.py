@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from itertools import groupby
 from typing import Any
 
@@ -20,20 +21,34 @@ def summary(report: LintReport) -> dict:
             "templates_skipped": report.templates_skipped, "unreadable": report.unreadable}
 
 
+# Control characters (C0, DEL, C1) and the Unicode bidi controls: a linted file's text must not drive the
+# reader's terminal (colours, cursor moves, a title change) or reorder what it shows.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str) -> str:
+    """The text with each control character written as a visible escape (\\x1b, \\u202e)."""
+    def esc(m: re.Match) -> str:
+        c = ord(m.group(0))
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _CONTROL.sub(esc, text)
+
+
 def render_text(report: LintReport) -> str:
     lines: list[str] = []
     for _path, group in groupby(report.diagnostics, key=lambda d: d.loc.path):
         for d in group:
-            lines.append(f"{d.loc.path}:{d.loc.line}:{d.loc.col}: {d.code} [{d.level}] {d.message}")
+            lines.append(escape_controls(f"{d.loc.path}:{d.loc.line}:{d.loc.col}: {d.code} [{d.level}] {d.message}"))
             if d.fix:
-                lines.append(f"    fix: {d.fix}")
+                lines.append(escape_controls(f"    fix: {d.fix}"))
         lines.append("")
     s = summary(report)
     lines.append(f"{s['errors']} error(s), {s['warnings']} warning(s), {s['notes']} note(s) in "
                  f"{s['files_with_findings']} file(s); {s['files_scanned']} file(s) scanned, {s['launches']} launch(es) checked")
     if report.templates_skipped:
-        lines.append(f"{len(report.templates_skipped)} Helm/Go template file(s) not parsed (lint the output of "
-                     f"`helm template` instead): " + ", ".join(report.templates_skipped))
+        lines.append(escape_controls(f"{len(report.templates_skipped)} Helm/Go template file(s) not parsed (lint the "
+                                     f"output of `helm template` instead): " + ", ".join(report.templates_skipped)))
     return "\n".join(lines)
 
 
@@ -44,6 +59,7 @@ def render_json(report: LintReport) -> str:
 
 def _gh_escape(text: str, prop: bool = False) -> str:
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    text = escape_controls(text)  # the workflow log is a terminal too
     if prop:
         text = text.replace(":", "%3A").replace(",", "%2C")
     return text

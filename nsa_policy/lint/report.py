@@ -81,12 +81,15 @@ class Diagnostic:
                 "alternatives": list(self.alternatives), "rule": self.rule}
 
 
-def finding(code: str, message: str, loc: Location) -> Diagnostic:
+OUTSIDE_FIX = "Keep the file inside the linted tree, or lint the folder that holds it too."
+
+
+def finding(code: str, message: str, loc: Location, fix: Optional[str] = None) -> Diagnostic:
     """A diagnostic at its code's documented level and fix (rules/codes.yaml)."""
     from nsa_policy.catalog.codes import load_codes
 
     doc = load_codes().codes[code]
-    return Diagnostic(code, doc.level, message, loc, doc.fix)
+    return Diagnostic(code, doc.level, message, loc, fix if fix is not None else doc.fix)
 
 
 @dataclass

@@ -76,9 +76,7 @@ class FlagRegistry:
             known[alias] = FlagInfo(alias, base.canonical, base.field, base.takes_value)
         self.known = known
         self._near: dict[str, Optional[str]] = {}
-        self._by_len: dict[int, list[str]] = {}
-        for name in known:
-            self._by_len.setdefault(len(name), []).append(name)
+        self._deletions: Optional[dict[str, set[str]]] = None
 
     def get(self, name: str) -> Optional[FlagInfo]:
         return self.known.get(_kebab(name.lstrip("-")))
@@ -92,12 +90,23 @@ class FlagRegistry:
 
     def _nearest(self, name: str) -> Optional[str]:
         limit = 1 if len(name) <= 6 else 2
+        if len(name) > 80:
+            return None  # no known name is within two edits of it
+        if self._deletions is None:  # every known name with up to two letters deleted → the names
+            self._deletions = {}
+            for known in self.known:
+                for variant in _deletions(known, 2):
+                    self._deletions.setdefault(variant, set()).add(known)
+        # Two strings within k edits (transpositions included) share a string k deletions from each: the
+        # candidates come from an index lookup per deletion of the name, not from a scan of every flag.
+        cands = set()
+        for variant in _deletions(name, limit):
+            cands |= self._deletions.get(variant, set())
         best, best_d = None, limit + 1
-        for length in range(len(name) - limit, len(name) + limit + 1):
-            for cand in self._by_len.get(length, ()):
-                d = edit_distance(name, cand, best_d + 1)  # exact up to best_d
-                if d < best_d or (d == best_d and best is not None and cand < best):
-                    best, best_d = cand, d
+        for cand in sorted(cands):
+            d = edit_distance(name, cand, best_d + 1)  # exact up to best_d
+            if d < best_d:
+                best, best_d = cand, d
         return best if best_d <= limit else None
 
     def is_dsa_key(self, name: str) -> bool:
@@ -127,6 +136,15 @@ def _renamed(args: ArgRegistry, since: str) -> dict[str, str]:
         for var in args.env_vars_ignored(arg.name, since):
             if read and "_NSA_" in var:
                 out[var] = read
+    return out
+
+
+def _deletions(word: str, k: int) -> set[str]:
+    """The word with up to k characters deleted (itself included)."""
+    out, frontier = {word}, {word}
+    for _ in range(k):
+        frontier = {w[:i] + w[i + 1:] for w in frontier for i in range(len(w))}
+        out |= frontier
     return out
 
 

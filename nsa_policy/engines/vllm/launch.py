@@ -15,8 +15,8 @@ from nsa_policy.base.errors import InputError, PolicyError
 from nsa_policy.core.decision import Decision
 from nsa_policy.engines.vllm.catalog import load_vllm
 from nsa_policy.engines.vllm.lint import installed_vllm, parse_vllm_cli, vllm_config, vllm_release, with_config_files
-from nsa_policy.lint.report import Arg, Location
 from nsa_policy.engines.vllm.lint import launch_start as vllm_launch_start
+from nsa_policy.lint.report import Arg, Location
 
 # The release launch writes flags for when neither --vllm-version nor an installed vllm says: the one
 # release a vLLM bundle reproduces.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 from nsa_policy.api import build_facts, decide
 from nsa_policy.base.errors import InputError
 from nsa_policy.engines.vllm.catalog import load_vllm
-from nsa_policy.lint.report import Arg, Diagnostic, Launch, Location
+from nsa_policy.lint.report import OUTSIDE_FIX, Arg, Diagnostic, Launch, Location
 
 if TYPE_CHECKING:
     from nsa_policy.lint.launch_checks import Checker
@@ -290,7 +290,8 @@ def _read_confined(checker: Checker, launch: Launch, out: list[Diagnostic]) -> C
             return checker.reader.read(full, field=CONFIG_FLAG)
         except OutsideTree as exc:
             out.append(checker.diag("NSA409", f"{CONFIG_FLAG} {exc.value!r} is outside the linted tree: lint never "
-                                              f"reads it; the arguments it holds were not checked", launch.loc))
+                                              f"reads it; the arguments it holds were not checked", launch.loc,
+                                    fix=OUTSIDE_FIX))
             raise _Skipped() from None
 
     return read
