@@ -71,6 +71,16 @@ class Checker:
         if opts.sglang_version is not None:
             parse_version(opts.sglang_version, field="--sglang-version")  # InputError: usage error
 
+    def release_hints(self, launch: Launch, key: str) -> list[Hint]:
+        """The hints naming the release of an engine (`key`), strongest first: explicit hints (a comment, an
+        annotation) in file order; then what the file itself installs, the last first (a `pip install
+        sglang==X` after `FROM …sglang:vY` replaces the image's release); then pins beside the file."""
+        hints = [h for h in launch.hints if h.key == key]
+        explicit = [h for h in hints if not _installed(h)]
+        own = [h for h in hints if _installed(h) and h.loc.path == launch.path]
+        beside = [h for h in hints if _installed(h) and h.loc.path != launch.path]
+        return explicit + sorted(own, key=lambda h: (h.loc.line, h.loc.col), reverse=True) + beside
+
     def no_device(self, policy: str, loc: Location, what: str = "launch") -> Diagnostic:
         """NSA405: the device is unknown, so the device-dependent checks of `policy` were skipped (named)."""
         return self.diag("NSA405", f"no device known for this {what}: device-dependent checks ("
@@ -223,3 +233,8 @@ class Checker:
             name = max(hits, key=len) if hits else None
         return self.catalog.device(name) if name else None
 
+
+
+def _installed(h: Hint) -> bool:
+    """A release read from what the file installs (image tag, pin), not from an explicit hint."""
+    return h.source.startswith(("image tag ", "pin "))

@@ -50,6 +50,22 @@ class SglangLint:
     def diag(self, *a: Any, **k: Any) -> Diagnostic:
         return self.checker.diag(*a, **k)
 
+    def _with_config(self, launch: Launch, out: list[Diagnostic]) -> list[Arg]:
+        """The launch's arguments with a `--config FILE` merged in as sglang merges it (the file's keys
+        first, the command line's after them: the command line wins), read inside the linted tree only."""
+        import os
+
+        from nsa_policy.lint.configfile import read_confined, with_config_files
+
+        if not any(a.spelling == "--config" for a in launch.args):
+            return launch.args
+
+        def bad(msg: str, arg: Arg) -> None:
+            out.append(self.diag("NSA404", f"--config {arg.value!r}: {msg}", arg.loc))
+
+        return with_config_files(launch.args, os.path.dirname(os.path.abspath(launch.path)), bad,
+                                 read_confined(self.checker, launch, out))
+
     # --------------------------------------------------------------------------------------
     def check(self, launch: Launch) -> list[Diagnostic]:
         out: list[Diagnostic] = []
@@ -60,7 +76,9 @@ class SglangLint:
         newer = None if target else self._targets_dsa_spelling(launch)
         by_field: dict[str, list[Arg]] = {}
         by_canonical: dict[str, list[tuple[Arg, FlagInfo]]] = {}
-        for arg in launch.args:
+        for arg in self._with_config(launch, out):
+            if arg.spelling == "--config":
+                continue  # its file's keys are read in its place
             info = self.reg.get(arg.spelling)
             if info is None:
                 near = self.reg.near(arg.spelling)
@@ -114,8 +132,8 @@ class SglangLint:
             found: Optional[tuple[str, str, Optional[Location]]] = (self.opts.sglang_version, "--sglang-version", None)
         else:
             found = None
-            # an explicit hint first, then what the file installs (image tag, pin), in file order
-            for h in sorted((h for h in launch.hints if h.key == "sglang"), key=_installed):
+            # an explicit hint first, then what the file installs (its last image tag or pin wins), then a pin beside
+            for h in self.checker.release_hints(launch, "sglang"):
                 try:
                     parse_version(h.value, field="sglang")
                 except InputError:
@@ -228,6 +246,13 @@ class SglangLint:
                 continue
             config[field] = value
             where[field] = arg
+        # a legacy switch carries its mode's default where no mode is given (the registry's `implies`:
+        # --enable-nsa-prefill-context-parallel means cp_strategy interleave on the releases that take it)
+        for f in [f for f in where if config.get(f) is True]:
+            for name, value in self.reg.args.implied(["--" + where[f].name], set(config)).items():
+                field = self.reg.args.argument(name).field or name
+                if field not in config:
+                    config[field], where[field] = value, where[f]
         from nsa_policy.inputs import config_from
 
         for _ in range(len(config) + 1):

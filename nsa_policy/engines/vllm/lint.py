@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 from nsa_policy.api import build_facts, decide
 from nsa_policy.base.errors import InputError
 from nsa_policy.engines.vllm.catalog import load_vllm
-from nsa_policy.lint.report import OUTSIDE_FIX, Arg, Diagnostic, Launch, Location
+from nsa_policy.lint.configfile import (
+    config_mapping_args,
+    node_value,
+    read_config_file,
+    read_confined,
+    with_config_files,
+)
+from nsa_policy.lint.report import Arg, Diagnostic, Launch, Location
+
+__all__ = ["config_mapping_args", "node_value", "read_config_file", "with_config_files"]
 
 if TYPE_CHECKING:
     from nsa_policy.lint.launch_checks import Checker
@@ -83,84 +92,8 @@ def parse_vllm_cli(tokens: Iterable[Token]) -> list[Arg]:
 
 
 # ---------------------------------------------------------------- `vllm serve --config file.yaml`
-
+# Read as sglang reads its own --config too: nsa_policy/lint/configfile.py.
 CONFIG_FLAG = "--config"
-
-
-def node_value(node: Any) -> Any:
-    """A YAML node as plain Python (scalars, lists, mappings)."""
-    if node.kind == "scalar":
-        return node.value
-    if node.kind == "seq":
-        return [node_value(i) for i in node.items]
-    from nsa_policy.lint.tree import merged_pairs
-
-    return {k.value: node_value(v) for k, v in merged_pairs(node)}
-
-
-def config_mapping_args(node: Any, path: str) -> list[Arg]:
-    """A `vllm serve --config` mapping's keys as the flags vLLM turns them into: `--KEY VALUE` (keys are the
-    long flag names without `--`; vLLM's parser also takes underscores), `True` a bare flag, each placed at
-    its key. An `attention-config` mapping stays one `--attention-config` argument."""
-    from nsa_policy.lint.tree import merged_pairs
-
-    out = []
-    for k, v in merged_pairs(node):
-        if not isinstance(k.value, str):
-            continue
-        key = k.value.replace("_", "-")
-        value = node_value(v)
-        if value is False or value is None:
-            continue  # vLLM adds no flag for them
-        out.append(Arg(f"--{key}", True if value is True else value, Location(path, k.line, k.col), "key"))
-    return out
-
-
-def read_config_file(arg: Arg, base_dir: str, read: Optional[Callable[[str], str]] = None) -> list[Arg]:
-    """The arguments of the YAML file a `--config` names (relative to `base_dir`). Raises InputError
-    (one line: the flag, the path, why) when it cannot be read or is not one mapping. `read`: how the
-    file is read (lint: only inside the linted tree); default: safe_io.read_text."""
-    import os
-
-    from nsa_policy.base.safe_io import read_text
-    from nsa_policy.lint.text import LineIndex
-    from nsa_policy.lint.tree import ParseError, yaml_documents
-
-    if not isinstance(arg.value, str) or arg.value is True:
-        raise InputError(CONFIG_FLAG, arg.value, hint="takes the path of a YAML file")
-    full = arg.value if os.path.isabs(arg.value) else os.path.join(base_dir, arg.value)
-    try:
-        text = read(full) if read is not None else read_text(full, field=CONFIG_FLAG)
-    except OSError as exc:
-        raise InputError(CONFIG_FLAG, arg.value, hint=f"cannot read it: {exc.strerror or exc}") from None
-    try:
-        docs = yaml_documents(text, LineIndex(text))
-    except ParseError as exc:
-        raise InputError(CONFIG_FLAG, arg.value, hint=f"not YAML: {exc}") from None
-    if len(docs) != 1 or docs[0].kind != "map":
-        raise InputError(CONFIG_FLAG, arg.value, hint="vLLM reads one YAML mapping of flag names to values")
-    return config_mapping_args(docs[0], arg.value)
-
-
-def with_config_files(launch_args: list[Arg], base_dir: str,
-                      bad: Optional[Callable[[str, Arg], None]] = None,
-                      read: Optional[Callable[[str], str]] = None) -> list[Arg]:
-    """The launch's arguments with each `--config FILE` replaced by the file's arguments, placed first:
-    vLLM's command-line arguments win over the file's. A file that cannot be read is told to `bad`
-    (lint), or raises InputError when there is none (launch)."""
-    files: list[Arg] = []
-    rest: list[Arg] = []
-    for arg in launch_args:
-        if arg.spelling != CONFIG_FLAG or arg.unresolved is not None:
-            rest.append(arg)
-            continue
-        try:
-            files += read_config_file(arg, base_dir, read)
-        except InputError as exc:
-            if bad is None:
-                raise
-            bad(str(exc), arg)
-    return files + rest
 
 
 # ---------------------------------------------------------------- the vLLM release a launch targets
@@ -261,8 +194,7 @@ def vllm_config(launch_args: Iterable[Arg], bad: Callable[[str, Arg], None]
 def _target_release(checker: Checker, launch: Launch, out: list[Diagnostic]) -> tuple[str, str]:
     """(the vLLM release the launch targets, how lint knows it): a `nsa-policy: vllm=X` comment, else what
     the file installs (a vllm/vllm-openai image tag, a vllm== pin), else the newest release nsa-policy knows."""
-    hints = sorted((h for h in launch.hints if h.key == "vllm"), key=lambda h: h.source.startswith(("image tag ", "pin ")))
-    for h in hints:
+    for h in checker.release_hints(launch, "vllm"):
         try:
             release = vllm_release(h.value, "vllm")
         except InputError as exc:
@@ -278,28 +210,6 @@ def _policy(checker: Checker, launch: Launch, out: list[Diagnostic]) -> str:
     """A vLLM bundle named by --policy or a hint; anything else means `default` (vllm-default)."""
     policy = checker.policy(launch, out)
     return policy if policy.startswith("vllm-") else "default"
-
-
-def _read_confined(checker: Checker, launch: Launch, out: list[Diagnostic]) -> Callable[[str], str]:
-    """How lint reads a `--config` file: only inside the linted tree (checker.reader); a path outside it
-    is an NSA409 and is never opened."""
-    from nsa_policy.lint.confine import OutsideTree
-
-    def read(full: str) -> str:
-        try:
-            return checker.reader.read(full, field=CONFIG_FLAG)
-        except OutsideTree as exc:
-            out.append(checker.diag("NSA409", f"{CONFIG_FLAG} {exc.value!r} is outside the linted tree: lint never "
-                                              f"reads it; the arguments it holds were not checked", launch.loc,
-                                    fix=OUTSIDE_FIX))
-            raise _Skipped() from None
-
-    return read
-
-
-class _Skipped(InputError):
-    def __init__(self) -> None:
-        super().__init__(CONFIG_FLAG, None, hint="outside the linted tree")
 
 
 def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
@@ -319,11 +229,10 @@ def check_vllm(checker: Checker, launch: Launch) -> list[Diagnostic]:
                 fix=f"Remove {name}{f' and pass {var.replaced_by}' if var.replaced_by else ''}."))
 
     def bad(msg: str, arg: Arg) -> None:
-        if "outside the linted tree" not in msg:  # said once, as NSA409, by the reader
-            out.append(checker.diag("NSA406", msg, arg.loc))
+        out.append(checker.diag("NSA406", msg, arg.loc))
 
     launch_args = with_config_files(launch.args, os.path.dirname(os.path.abspath(launch.path)), bad,
-                                    _read_confined(checker, launch, out))
+                                    read_confined(checker, launch, out))
     config, by_field, model_arg = vllm_config(launch_args, bad)
     policy = _policy(checker, launch, out)
     bundle = "vllm-default" if policy == "default" else policy
