@@ -45,6 +45,8 @@ class Structured:
 
     # --------------------------------------------------------------------------------------
     def document(self, root: N) -> list[Launch]:
+        # a compose file: its services are compose services, whatever keys each one uses
+        self.compose_doc = root.kind == "map" and root.get("services") is not None and root.get("apiVersion") is None
         hints = self.hints(root)
         launches: list[Launch] = []
         for node in root.walk():
@@ -248,6 +250,8 @@ class Structured:
     def _kind(self, node: N) -> str:
         if self.kind != "yaml":
             return self.kind
+        if getattr(self, "compose_doc", False):
+            return "compose"
         compose = any(node.get(k) is not None for k in ("environment", "entrypoint", "env_file", "build", "deploy",
                                                         "depends_on"))
         return "compose" if compose else "kubernetes"

@@ -293,8 +293,10 @@ def split_commands(text: str, base: int, exp: Expander, on_command=None) -> list
                     i += 2
                     continue
                 if d == "$":
-                    arr = exp.array(text, i)
-                    if arr is not None and arr[0] is not None and _ARRAY_REF.match(text, i).group(2) == "@":
+                    at = i + 1 if exp.compose and text.startswith("$${", i) else i  # compose: $$ is one $
+                    arr = exp.array(text, at)
+                    ref = _ARRAY_REF.match(text, at)
+                    if arr is not None and arr[0] is not None and ref is not None and ref.group(2) == "@":
                         items, j, _ = arr
                         for k, item in enumerate(items):  # "${A[@]}": one word per element
                             if k:

@@ -110,13 +110,13 @@ def yaml_documents(text: str, index: LineIndex) -> list[N]:
 def merged_pairs(node: N) -> list[tuple[N, N]]:
     """A YAML mapping's pairs with its merge keys (`<<: *base`, `<<: [*a, *b]`) applied, as YAML 1.1 reads
     them: the mapping's own keys win, then the merged mappings in order. Without merge keys: node.pairs."""
-    if not any(k.value == "<<" and k.style is None for k, _ in node.pairs):
+    if not any(k.value == "<<" and not k.style for k, _ in node.pairs):
         return node.pairs
-    own = [(k, v) for k, v in node.pairs if not (k.value == "<<" and k.style is None)]
+    own = [(k, v) for k, v in node.pairs if not (k.value == "<<" and not k.style)]
     seen = {k.value for k, _ in own if isinstance(k.value, (str, int, float, bool))}
     merged: list[tuple[N, N]] = []
     for k, v in node.pairs:
-        if not (k.value == "<<" and k.style is None):
+        if not (k.value == "<<" and not k.style):
             continue
         sources = [v] if v.kind == "map" else [i for i in v.items if i.kind == "map"] if v.kind == "seq" else []
         for src in sources:

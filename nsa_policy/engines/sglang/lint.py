@@ -82,7 +82,13 @@ class SglangLint:
             info = self.reg.get(arg.spelling)
             if info is None:
                 near = self.reg.near(arg.spelling)
-                if near:
+                could = sorted({"--" + k for k, i in self.reg.known.items() if k.startswith(arg.name) and i.field})
+                if arg.style == "flag" and len(arg.name) >= 3 and len(could) > 1:
+                    # argparse: "ambiguous option: --nsa-prefill could match …": the server does not start
+                    out.append(self.diag("NSA401", f"{arg.spelling} abbreviates several server arguments "
+                                                   f"({', '.join(could)}): argparse refuses it as ambiguous", arg.loc,
+                                         alternatives=tuple(could), fix=f"Write the flag in full, e.g. {could[0]}."))
+                elif near:
                     shown = ("--" + near) if arg.style == "flag" else _like(near, arg.spelling)
                     out.append(self.diag("NSA401", f"unknown server argument {arg.spelling!r}; did you mean {shown!r}?",
                                          arg.loc, alternatives=(shown,), fix=f"Use {shown}."))
