@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nsa_policy.engines.vllm.lint import launch_start as vllm_launch_start
 from nsa_policy.engines.vllm.lint import parse_vllm_cli
 from nsa_policy.lint import LintOptions, lint_paths
 from nsa_policy.lint.report import Location
-from nsa_policy.engines.vllm.lint import launch_start as vllm_launch_start
 
 from .helpers import DATA, findings
 
