@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, cast
 
 from nsa_policy.base.safe_io import read_text
 
@@ -124,7 +124,7 @@ def _ranges(body: str) -> tuple[tuple[str, str], ...]:
 
 
 def _in_set(ch: str, arg: object) -> bool:
-    neg, ranges = arg  # type: ignore[misc]
+    neg, ranges = cast("tuple[bool, tuple[tuple[str, str], ...]]", arg)
     return any(a <= ch <= b for a, b in ranges) != neg
 
 

@@ -297,8 +297,8 @@ def split_commands(text: str, base: int, exp: Expander, on_command=None) -> list
                     arr = exp.array(text, at)
                     ref = _ARRAY_REF.match(text, at)
                     if arr is not None and arr[0] is not None and ref is not None and ref.group(2) == "@":
-                        items, j, _ = arr
-                        for k, item in enumerate(items):  # "${A[@]}": one word per element
+                        j = arr[1]
+                        for k, item in enumerate(arr[0]):  # "${A[@]}": one word per element
                             if k:
                                 end_word(j)
                                 begin(i)
