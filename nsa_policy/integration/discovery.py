@@ -489,3 +489,139 @@ def mixed_node(catalog: Catalog, device: Any, *, nvml: Any = None,
         return notes, facts
     notes.append(f"resolving for this rank's GPU, {node.rank_gpu.label()} ({node.rank_source})")
     return notes, ()
+
+
+# --- the release installed for a command's interpreter ---------------------------------------------------------
+PROBE_TIMEOUT_S = 20.0
+PROBE_MAX_BYTES = 4096  # a version string is a few bytes; a probe printing more is not answering
+# importlib.metadata only: the interpreter never imports the engine (and so never torch)
+_PROBE = ("import importlib.metadata as m, sys\n"
+          "try:\n    sys.stdout.write(m.version(sys.argv[1]))\nexcept m.PackageNotFoundError:\n    pass\n")
+_RELEASE = re.compile(r"^\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[A-Za-z0-9.]+)?$")
+
+
+def probe_installed(python: str, package: str, *, timeout: float = PROBE_TIMEOUT_S,
+                    max_bytes: int = PROBE_MAX_BYTES) -> tuple[Optional[str], str]:
+    """(the release of `package` installed for the interpreter `python`, or None; how that was found).
+
+    The interpreter runs isolated: `python -I` (no user site, no PYTHON* variables, no script or current
+    folder on sys.path), in a new empty folder (a `csv.py` or a `sglang-X.dist-info/` where the user stands
+    cannot run or answer), with no stdin, in its own process group, which is killed whole on timeout or when
+    it prints more than `max_bytes` (a wrapper that execs `yes`). Output that is not one release number is no
+    answer."""
+    import os
+    import selectors
+    import signal
+    import subprocess
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory(prefix="nsa-policy-probe-") as cwd:
+        try:
+            proc = subprocess.Popen([python, "-I", "-c", _PROBE, package], cwd=cwd, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            return None, f"could not run {python} ({exc.strerror or exc})"
+        assert proc.stdout is not None
+        out = bytearray()
+        why = ""
+        deadline = time.monotonic() + timeout
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    why = f"{python} gave no answer within {timeout:g} s"
+                    break
+                if not sel.select(left):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out += chunk
+                if len(out) > max_bytes:
+                    why = f"{python} printed more than {max_bytes} bytes"
+                    break
+        finally:
+            sel.close()
+            if why:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the interpreter and whatever it started
+                except (ProcessLookupError, PermissionError):
+                    pass
+            proc.stdout.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if why:
+        return None, why
+    if proc.returncode != 0:
+        return None, f"{python} exited with status {proc.returncode}"
+    try:
+        text = out.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None, f"{python} answered with bytes that are not UTF-8"
+    if not text:
+        return None, f"no {package} installed for {python}"
+    if not _RELEASE.match(text):
+        return None, f"{python} answered {text[:40]!r}, not a release number"
+    return text, f"importlib.metadata of {python} (isolated: python -I, an empty working folder)"
+
+
+def script_interpreter(script: str) -> Optional[str]:
+    """The interpreter an entry-point script runs under: its `#!` line (`#!/usr/bin/env python3` looked up on
+    PATH), or, for pip's wrapper where the interpreter's path is too long for a `#!` line (over 127 bytes),
+    the path its `'''exec' "PYTHON" "$0" "$@"` line names."""
+    import shlex
+    import shutil
+
+    from nsa_policy.base.safe_io import read_bytes
+
+    try:
+        head = read_bytes(script, field="entry point", max_bytes=1 << 20)[:2048].decode("utf-8", "replace")
+    except ValueError:
+        return None
+    lines = head.splitlines()
+    if not lines or not lines[0].startswith("#!"):
+        return None
+    words = lines[0][2:].split()
+    if not words:
+        return None
+    if words[0] in ("/bin/sh", "/usr/bin/sh") and len(lines) > 1:
+        m = re.match(r"""^'''exec' (.+?) "\$0" "\$@"\s*$""", lines[1])
+        if m:
+            try:
+                parts = shlex.split(m.group(1))
+            except ValueError:
+                return None
+            return parts[0] if parts else None
+        return None
+    if words[0].rsplit("/", 1)[-1] == "env" and len(words) > 1:
+        return shutil.which(words[-1])
+    return words[0]
+
+
+_PYTHON_NAMES = ("python", "python3")
+
+
+def command_python(command: Any, entry_point: str) -> Optional[str]:
+    """The Python interpreter that will run a server command: the command's python/python3 (python3.12…),
+    or the interpreter of the engine's entry point script `entry_point` (`sglang`, `vllm`) found on PATH.
+    None when the command names neither."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    if not command:
+        return None
+    head = command[0]
+    name = Path(head).name
+    if name in _PYTHON_NAMES or (name.startswith("python3.") and name[8:].replace(".", "").isdigit()):
+        return shutil.which(head) or (head if os.path.isfile(head) else None)
+    if name == entry_point:
+        script = shutil.which(head)
+        return script_interpreter(script) if script is not None else None
+    return None

@@ -184,29 +184,29 @@ def test_missing_command_and_unknown_model_are_usage_errors() -> None:
 
 
 def _fake_interpreter(tmp_path: Path, version: str | None) -> Path:
-    """A `python` that is this interpreter with a site folder holding only an sglang-<version> dist-info."""
-    site = tmp_path / "site"
-    site.mkdir()
+    """A real interpreter of its own (a venv, no pip) whose site folder holds only an sglang-<version> dist-info:
+    the probe runs it isolated (python -I), so no PYTHONPATH trick would reach it."""
+    import venv
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "venv")
+    python = tmp_path / "venv" / "bin" / "python"
+    [site] = (tmp_path / "venv" / "lib").glob("python3*/site-packages")
     if version:
         info = site / f"sglang-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    python = bindir / "python"
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
     return python
 
 
 def test_the_release_is_asked_of_the_commands_own_interpreter(tmp_path: Path) -> None:
     python = _fake_interpreter(tmp_path, "0.5.13")
     assert command_interpreter([str(python), "-m", "sglang.launch_server"]) == str(python)
-    assert detect_sglang_version([str(python), "-m", "sglang.launch_server"]) == ("0.5.13", f"importlib.metadata of {python}")
+    found, how = detect_sglang_version([str(python), "-m", "sglang.launch_server"])
+    assert found == "0.5.13" and how.startswith(f"importlib.metadata of {python}")
     p = plan_launch([str(python), "-m", "sglang.launch_server", "--model-path", DS], device="b200", env={}, logger=QUIET)
-    assert p.release.version == "0.5.13" and p.release.source == f"importlib.metadata of {python}"
+    assert p.release.version == "0.5.13" and p.release.source.startswith(f"importlib.metadata of {python}")
     assert "--dsa-prefill-backend" in p.argv and p.env_additions == {DSA_ENV: "2048"}
-    entry = tmp_path / "bin" / "sglang"
+    entry = tmp_path / "venv" / "bin" / "sglang"
     entry.write_text(f"#!{python}\n# an entry point script\n")
     entry.chmod(entry.stat().st_mode | stat.S_IXUSR)
     assert command_interpreter([str(entry), "serve"]) == str(python)

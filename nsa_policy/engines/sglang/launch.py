@@ -25,9 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
-import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping, Optional, Sequence
 
@@ -42,9 +39,6 @@ THRESHOLD = "dense_attn_kv_len_threshold"
 # launch's own options that sglang does not have: inside the server command they are a misplaced option
 _LAUNCH_OPTIONS = ("--sglang-version", "--dry-run", "--log-decisions")
 _PYTHON_NAMES = ("python", "python3")
-# importlib.metadata only: the interpreter never imports sglang (and so never torch)
-_VERSION_PROBE = ("import importlib.metadata as m\n"
-                  "try:\n    print(m.version('sglang'))\nexcept m.PackageNotFoundError:\n    print('')\n")
 
 
 def flag_table() -> dict[str, tuple[str, str]]:
@@ -122,47 +116,20 @@ def parse_command(argv: Sequence[str]) -> ParsedCommand:
 
 # the target release -----------------------------------------------------------------------------
 def command_interpreter(command: Sequence[str]) -> Optional[str]:
-    """The Python interpreter that will run the server: the command's python/python3, or the interpreter
-    of the `sglang` entry point (its shebang), found on PATH. None when the command names neither."""
-    if not command:
-        return None
-    head = command[0]
-    name = Path(head).name
-    if name in _PYTHON_NAMES or (name.startswith("python3.") and name[8:].replace(".", "").isdigit()):
-        return shutil.which(head) or (head if os.path.isfile(head) else None)
-    if name == "sglang":
-        script = shutil.which(head)
-        if script is None:
-            return None
-        try:
-            with open(script, "rb") as fh:
-                first = fh.readline(512).decode("utf-8", "replace").strip()
-        except OSError:
-            return None
-        if not first.startswith("#!"):
-            return None
-        words = first[2:].split()
-        if not words:
-            return None
-        if Path(words[0]).name == "env" and len(words) > 1:
-            return shutil.which(words[-1])
-        return words[0]
-    return None
+    """The Python interpreter that will run the server (integration.discovery.command_python)."""
+    from nsa_policy.integration.discovery import command_python
+
+    return command_python(command, "sglang")
 
 
 def detect_sglang_version(command: Sequence[str], *, timeout: float = 20.0) -> tuple[Optional[str], str]:
     """(the sglang version installed for the command's interpreter or None, how that was found)."""
+    from nsa_policy.integration.discovery import probe_installed
+
     python = command_interpreter(command)
     if python is None:
         return None, f"the command starts with {command[0]!r}, not python/python3 or the sglang entry point"
-    try:
-        out = subprocess.run([python, "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"could not ask {python} ({exc})"
-    version = out.stdout.strip().splitlines()[-1].strip() if out.returncode == 0 and out.stdout.strip() else ""
-    if not version:
-        return None, f"no sglang installed for {python}"
-    return version, f"importlib.metadata of {python}"
+    return probe_installed(python, "sglang", timeout=timeout)
 
 
 def target_release(command: Sequence[str], sglang_version: Optional[str] = None) -> TargetRelease:

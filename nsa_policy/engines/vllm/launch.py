@@ -14,8 +14,8 @@ from nsa_policy.api import build_facts, decide
 from nsa_policy.base.errors import InputError, PolicyError
 from nsa_policy.core.decision import Decision
 from nsa_policy.engines.vllm.catalog import load_vllm
-from nsa_policy.engines.vllm.lint import installed_vllm, parse_vllm_cli, vllm_config, vllm_release, with_config_files
 from nsa_policy.engines.vllm.lint import launch_start as vllm_launch_start
+from nsa_policy.engines.vllm.lint import parse_vllm_cli, vllm_config, vllm_release, with_config_files
 from nsa_policy.lint.report import Arg, Location
 
 # The release launch writes flags for when neither --vllm-version nor an installed vllm says: the one
@@ -44,16 +44,22 @@ def is_vllm_command(command: Sequence[str]) -> bool:
     return vllm_launch_start(list(command)) is not None
 
 
-def target_release(vllm_version: Optional[str]) -> tuple[str, str]:
-    """(the vLLM release the command starts, how it is known). InputError for a release nsa-policy does not know."""
+def target_release(vllm_version: Optional[str], command: Sequence[str] = ()) -> tuple[str, str]:
+    """(the vLLM release the command starts, how it is known): --vllm-version, else the vllm installed for the
+    command's own interpreter (`vllm`'s entry point, or its python), asked isolated, else the newest release
+    nsa-policy knows. InputError for a release nsa-policy does not know."""
+    from nsa_policy.integration.discovery import command_python, probe_installed
+
     if vllm_version is not None:
         release = vllm_release(vllm_version, "--vllm-version")
         return release, f"vLLM {release} (--vllm-version)"
-    installed = installed_vllm()
+    python = command_python(list(command), "vllm")
+    installed, how = probe_installed(python, "vllm") if python is not None else (None, "no interpreter found for "
+                                                                                      f"{command[0] if command else ''!r}")
     if installed is not None:
-        release = vllm_release(installed, "vllm (the package installed here)")
-        return release, f"vLLM {release} (installed here)"
-    return VLLM_RELEASE, f"vLLM {VLLM_RELEASE} (no vllm installed here; pass --vllm-version to choose)"
+        release = vllm_release(installed, f"vllm (installed for {python})")
+        return release, f"vLLM {release} ({how})"
+    return VLLM_RELEASE, f"vLLM {VLLM_RELEASE} ({how}; pass --vllm-version to choose)"
 
 
 def plan_vllm_launch(command: Sequence[str], *, policy: str = "default", device: Any = "auto", model: Any = None,
@@ -76,7 +82,7 @@ def plan_vllm_launch(command: Sequence[str], *, policy: str = "default", device:
     def bad(message: str, arg: Arg) -> None:
         raise InputError(arg.spelling, arg.value, hint=message)
 
-    release, why = target_release(vllm_version)
+    release, why = target_release(vllm_version, argv)
     args = with_config_files(args, cwd or os.getcwd())
     config, by_field, model_arg = vllm_config(args, bad)
     if model is None and model_arg is not None:

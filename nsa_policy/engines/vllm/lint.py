@@ -122,16 +122,6 @@ def _series(release: str) -> str:
     return f"{major}.{minor}.x"
 
 
-def installed_vllm() -> Optional[str]:
-    """The vLLM release installed in this environment (importlib.metadata; vLLM is not imported)."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def vllm_config(launch_args: Iterable[Arg], bad: Callable[[str, Arg], None]
                 ) -> tuple[dict[str, Any], dict[str, Arg], Optional[Arg]]:
     """(vLLM config by EngineArgs name, the arg behind each ServingConfig field, the model argument).
