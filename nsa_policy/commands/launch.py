@@ -79,7 +79,8 @@ def launch(
     if is_vllm_command(command or []):
         if handler is not None:
             logger.removeHandler(handler)
-        _launch_vllm(list(command or []), policy, device, model, sglang_version, vllm_version, dry_run, as_json)
+        _launch_vllm(list(command or []), policy, device, model, sglang_version, vllm_version, dry_run, as_json,
+                     log_decisions)
         return
     if vllm_version is not None:
         from nsa_policy.base.errors import InputError
@@ -137,7 +138,7 @@ def _exec(program: str, run: Callable[[], object]) -> None:
 
 
 def _launch_vllm(command: list[str], policy: str, device: str, model: Optional[str], sglang_version: Optional[str],
-                 vllm_version: Optional[str], dry_run: bool, as_json: bool) -> None:
+                 vllm_version: Optional[str], dry_run: bool, as_json: bool, log_decisions: Optional[str] = None) -> None:
     """`launch -- vllm serve …`: resolve with a vLLM bundle, add the flags the target vLLM release reads, exec."""
     import os
 
@@ -148,13 +149,24 @@ def _launch_vllm(command: list[str], policy: str, device: str, model: Optional[s
     if sglang_version is not None:
         raise fail_usage(InputError("--sglang-version", sglang_version,
                                     hint="a vllm serve command targets a vLLM release; use --vllm-version"), as_json)
+    from nsa_policy.integration.decision_log import append_decision, check_log_path
+
     try:
+        if log_decisions:  # before any work: a log that can never be appended to is bad input
+            check_log_path(log_decisions)
         plan = plan_vllm_launch(command, policy=policy, device=device, model=model, env=os.environ,
                                 vllm_version=vllm_version)
     except PolicyError as exc:
+        if log_decisions:
+            _log_quietly(log_decisions, exc.decision)
         raise _rejected(exc, as_json) from None
     except (NsaPolicyError, DeviceDiscoveryError) as exc:
         raise fail_usage(exc, as_json) from None
+    if log_decisions:
+        try:
+            append_decision(log_decisions, plan.decision, origin="cli.launch")
+        except NsaPolicyError as exc:
+            raise fail_usage(exc, as_json) from None
     print(f"nsa-policy launch: target {plan.release_why} ({plan.decision.policy})", file=sys.stderr)
     print(render_table(plan.decision), file=sys.stderr)
     print("nsa-policy launch: " + (("adding " + ", ".join(plan.added_flags)) if plan.added_flags else "no flag to add"),
@@ -170,6 +182,17 @@ def _launch_vllm(command: list[str], policy: str, device: str, model: Optional[s
             print(plan.shell_line())
         raise typer.Exit(EXIT_OK)
     _exec(plan.argv[0], lambda: os.execvp(plan.argv[0], plan.argv))  # pragma: no cover - replaces the process
+
+
+def _log_quietly(path: str, decision: object) -> None:
+    """A rejected decision is logged too; a log that fails then does not hide the rejection."""
+    from nsa_policy.base.errors import NsaPolicyError
+    from nsa_policy.integration.decision_log import append_decision
+
+    try:
+        append_decision(path, decision, origin="cli.launch")  # type: ignore[arg-type]
+    except NsaPolicyError as exc:
+        print(f"nsa-policy: error: {exc}", file=sys.stderr)
 
 
 _OUTPUTS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "dense_attn_kv_len_threshold")

@@ -148,13 +148,16 @@ def resolve(
     try:
         given, used = serving_config(serving)
         eng = engine_for(policy, engine)
+        if log_decisions:  # before any work: a bad log path, or one of the inputs (the model's config.json)
+            _check_log_target(log_decisions, model)
     except (InputError, NsaPolicyError) as exc:
         raise fail_usage(exc, as_json) from None
     from nsa_policy import engines
 
     # an engine with its own view of `resolve` (vLLM: its names, its release beside the recommendation) prints it
     engines.get(eng).resolve_cli(given, model=model, device=device, policy=policy, as_json=as_json, explain=explain,
-                                 extra={"attention_backend": attention_backend, "block_size": block_size})
+                                 extra={"attention_backend": attention_backend, "block_size": block_size,
+                                        "log_decisions": log_decisions, "package": package, "used": used})
     chosen = engines.get(eng)
     # keyed by the flag as given, so the facts know the spelling: a release bundle judges it (refused,
     # deprecated) as that release's parser would; an engine that judges no spellings gets the fields
@@ -192,6 +195,19 @@ def resolve(
         except NsaPolicyError as exc:
             raise fail_after_output(exc) from None
     raise typer.Exit(EXIT_REJECTED if decision.errors else EXIT_OK)
+
+
+def _check_log_target(log: str, model: Optional[str]) -> None:
+    """--log-decisions: appendable (decision_log.check_log_path), and not a file the command reads."""
+    from nsa_policy.base.safe_io import check_output_path
+
+    check_log_path(log)
+    inputs = []
+    if model and os.path.isdir(model):
+        inputs.append(os.path.join(model, "config.json"))
+    elif model and os.path.isfile(model):
+        inputs.append(model)
+    check_output_path(log, field="--log-decisions", inputs=inputs)
 
 
 def _resolve_mixed_node(config: dict[str, Any], device: str, model_args: tuple[Any, ...],

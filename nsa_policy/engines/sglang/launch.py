@@ -193,6 +193,7 @@ def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, 
                 argv[o.index + 1] = str(value)
 
     dp_attention = [o for o in parsed.occurrences if o.arg == "enable_dp_attention"]
+    carried: list[tuple[str, Any, str]] = []
     replace_dp = bool(dp_attention) and reg.status("--enable-dp-attention", rel) == "deprecated" \
         and reg.spelling_for("attn_dp_size", rel) is not None
     for o in parsed.occurrences:
@@ -239,6 +240,7 @@ def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, 
         respell(o, new)
         rewrites.append(f"{o.flag} → {new} (sglang {rel}: {why})")
         _check_choice(arg, o, rel)
+        carried += _implied_lost(o, new, parsed, rel)
     if replace_dp:
         if "attn_dp_size" in parsed.values:
             rewrites.append(f"--enable-dp-attention dropped (sglang {rel}: deprecated; --attn-dp-size is given)")
@@ -251,7 +253,27 @@ def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, 
             values["attn_dp_size"] = dp
     kept = [i for i in range(len(argv)) if i not in drop]
     values.pop(THRESHOLD, None)
-    return [argv[i] for i in kept], {old: new for new, old in enumerate(kept)}, values, threshold, rewrites
+    out = [argv[i] for i in kept]
+    for flag, value, why in carried:  # what the old spelling implied, spelt out for the release
+        out += [flag, str(value)]
+        rewrites.append(why)
+    return out, {old: new for new, old in enumerate(kept)}, values, threshold, rewrites
+
+
+def _implied_lost(o: Occurrence, new: str, parsed: ParsedCommand, rel: str) -> list[tuple[str, Any, str]]:
+    """(flag, value, why) for each value the old spelling implied (--enable-nsa-prefill-context-parallel:
+    cp_strategy interleave) that the new spelling does not, where the command gives no value of its own."""
+    reg = load_args()
+    old_sp, new_hit = reg.by_flag[o.flag][1], reg.by_flag.get(new)
+    new_implies = new_hit[1].implies if new_hit is not None else {}
+    out = []
+    for arg, value in (old_sp.implies or {}).items():
+        if (new_implies or {}).get(arg) == value or any(x.arg == arg for x in parsed.occurrences):
+            continue
+        flag = reg.spelling_for(arg, rel)
+        if flag is not None:
+            out.append((flag, value, f"{o.flag} implied {flag} {value}; {new} does not, so it is given (sglang {rel})"))
+    return out
 
 
 def _refuse_abbreviations(parsed: ParsedCommand, rel: str) -> None:
@@ -272,6 +294,54 @@ def _refuse_abbreviations(parsed: ParsedCommand, rel: str) -> None:
             raise InputError(flag, token, candidates,
                              hint=f"an abbreviation sglang {rel} reads as {' or '.join(candidates)}; "
                                   "write the flag in full so that nsa-policy reads it too")
+        # a prefix of a spelling this release no longer (or not yet) has: sglang refuses it, or reads it as
+        # another flag; nsa-policy would add the release's own spelling after it
+        other = sorted(f for f in reg.by_flag if f.startswith(flag) and not reg.by_flag[f][1].nsa_policy_only)
+        if other:
+            raise InputError(flag, token, [f for f in (reg.spelling_for(reg.by_flag[o][0].name, rel) for o in other) if f],
+                             hint=f"an abbreviation of {' or '.join(other)}, which sglang {rel} does not accept; "
+                                  "write the release's flag in full")
+
+
+def _config_files(parsed: ParsedCommand) -> list[tuple[str, dict[Any, Any]]]:
+    """(path, mapping) of each `--config FILE` the command names that reads as one YAML mapping."""
+    from nsa_policy.base import safe_io
+
+    argv = list(parsed.argv)
+    paths = [argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "--config"]
+    paths += [t.partition("=")[2] for t in argv if t.startswith("--config=")]
+    out = []
+    for path in paths:
+        try:
+            data = safe_io.load_yaml_text(safe_io.read_text(path, field="--config"), path, field="--config")
+        except (NsaPolicyError, OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            out.append((path, data))
+    return out
+
+
+def config_file_values(parsed: ParsedCommand) -> tuple[dict[str, Any], list[str]]:
+    """(registry argument → value, the files read) from the command's `--config` files, as sglang merges them
+    (srt/utils/server_args_config_parser.py: each key is `--key`, underscores allowed, the file's arguments go
+    first so the command line wins; `false` adds nothing)."""
+    reg = load_args()
+    values: dict[str, Any] = {}
+    files = []
+    for path, data in _config_files(parsed):
+        files.append(path)
+        for key, value in data.items():
+            hit = reg.lookup("--" + str(key).replace("_", "-")) if isinstance(key, str) else None
+            if hit is None or value is None or value is False:
+                continue
+            arg = hit[0]
+            if arg.type == "int" and not isinstance(value, bool):
+                try:
+                    value = int(value)
+                except (TypeError, ValueError):
+                    raise InputError(f"--config {path}: {key}", value, hint="must be an integer") from None
+            values[arg.name] = value
+    return values, files
 
 
 def _refuse_config_file_spellings(parsed: ParsedCommand, rel: str) -> None:
@@ -279,19 +349,9 @@ def _refuse_config_file_spellings(parsed: ParsedCommand, rel: str) -> None:
     release's parser does not have (nsa-prefill-backend on 0.5.20+) stops the server as the flag would.
     launch cannot respell inside the file: such a key is refused here, naming what to write instead.
     A file that cannot be read is left to sglang (the note about --config says its flags are not read)."""
-    from nsa_policy.base import safe_io
 
-    argv = list(parsed.argv)
-    paths = [argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "--config"]
-    paths += [t.partition("=")[2] for t in argv if t.startswith("--config=")]
     reg = load_args()
-    for path in paths:
-        try:
-            data = safe_io.load_yaml_text(safe_io.read_text(path, field="--config"), path, field="--config")
-        except (NsaPolicyError, OSError, ValueError):
-            continue
-        if not isinstance(data, dict):
-            continue
+    for path, data in _config_files(parsed):
         for key in data:
             if not isinstance(key, str):
                 continue
@@ -372,6 +432,10 @@ def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any 
     _refuse_abbreviations(parsed, rel)
     _refuse_config_file_spellings(parsed, rel)
     argv, moved, values, threshold_flag, rewrites = _for_release(parsed, rel)
+    from_config, config_paths = config_file_values(parsed)
+    for arg_name, value in from_config.items():  # the command line wins over the file
+        if arg_name not in parsed.values and arg_name != THRESHOLD:
+            values[arg_name] = value
     ns = launch_namespace(values, rel)
     env_view = dict(os.environ if env is None else env)
     env_view.update(threshold_flag)  # nsa-policy's threshold flag wins over the environment, as in resolve
@@ -412,9 +476,12 @@ def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any 
         if after is not None and not after.errors:
             decision, overrides, more = _what_runs(applied.decision, after, engine_bundle, rel)
             notes += more
-    if parsed.has_config_file:
-        notes.append("the command has --config: flags inside that file were not read; "
-                     "an added flag overrides the file's value")
+    if config_paths:
+        notes.append(f"read --config {', '.join(config_paths)}: its server arguments count as given (the command "
+                     f"line wins over them), so no flag is added for them")
+    elif parsed.has_config_file:
+        notes.append("the command has --config, and its file could not be read here: flags inside it were not "
+                     "read; an added flag overrides the file's value")
     env_additions = {**threshold_flag, **applied.env_set}
     return LaunchPlan(argv=tuple(argv), env_additions=env_additions, added_flags=tuple(added), rewritten=tuple(rewrites),
                       decision=decision, release=release, engine_bundle=engine_bundle,

@@ -20,8 +20,20 @@ def resolve_cli(given: dict[str, Any], *, model: Optional[str], device: str, pol
     from nsa_policy.api import build_facts, decide
     from nsa_policy.commands._render import render_explain, render_table
 
+    from nsa_policy.base.errors import InputError
+
     names = {"kv_cache_dtype": "kv_cache_dtype", "tp_size": "tensor_parallel_size", "page_size": "block_size",
              "dcp_size": "decode_context_parallel_size"}
+    # an sglang-only flag or --package is refused (the vLLM policy reads neither), never dropped
+    used = extra.get("used") or {}
+    unread = [(used.get(k, "--" + k.replace("_", "-")), v) for k, v in given.items() if k not in names]
+    if extra.get("package"):
+        unread.append(("--package", " ".join(extra["package"])))
+    if unread:
+        raise fail_usage(InputError(unread[0][0], unread[0][1],
+                                    hint="an sglang-only option: the vLLM policy does not read it; valid with "
+                                         "--engine vllm: --kv-cache-dtype, --tp-size, --page-size/--block-size, "
+                                         "--dcp-size, --attention-backend"), as_json)
     config: dict[str, Any] = {names[k]: v for k, v in given.items() if k in names}
     for key in ("attention_backend", "block_size"):
         if extra.get(key) is not None:
@@ -41,6 +53,15 @@ def resolve_cli(given: dict[str, Any], *, model: Optional[str], device: str, pol
             if title:
                 print(f"# {title}")
             print(render_explain(d) if explain else render_table(d))
+    log = extra.get("log_decisions")
+    if log:  # after printing (the path was checked before any work): a failing log must not lose the decision
+        from nsa_policy.commands._common import fail_after_output
+        from nsa_policy.integration.decision_log import append_decision
+
+        try:
+            append_decision(log, decisions[-1], origin="cli.resolve")
+        except NsaPolicyError as exc:
+            raise fail_after_output(exc) from None
     raise typer.Exit(EXIT_REJECTED if decisions[-1].errors else EXIT_OK)
 
 
