@@ -34,6 +34,8 @@ def parse_version(text: object, *, field: str = "version") -> Version:
         return _parse(text.strip())
     except InvalidVersion:
         raise InputError(field, text, hint="not a PEP 440 version (e.g. 0.6.7, 0.6.7.post2, 0.6.13rc1)") from None
+    except ValueError:  # a release segment of more digits than int() converts (CPython's 4300-digit limit)
+        raise InputError(field, text[:40] + "…", hint="a version segment with too many digits") from None
 
 
 def is_version(text: object) -> bool:

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import yaml
 
 from nsa_policy.base.errors import RuleFileError
-from nsa_policy.base.safe_io import UnsafeInput, check_yaml_text, read_text
+from nsa_policy.base.safe_io import UnsafeInput, check_digits, check_yaml_text, read_text
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -69,6 +69,7 @@ def load_yaml(path: Path) -> Any:
         text = read_text(path, field=str(path))
         if not _shipped(path):  # the wheel's own rules are part of the program; anything else is input
             check_yaml_text(text, str(path), field=str(path))
+            check_digits(text, str(path), field=str(path))
     except UnsafeInput as exc:
         where = str(exc.value)  # "path:line" for a bad byte, else the path
         name, _, line = where.rpartition(":") if where.rpartition(":")[2].isdigit() else (where, "", "")

@@ -332,7 +332,7 @@ class Catalog:
         archs = config.get("architectures") or []
         if isinstance(archs, str):
             archs = [archs]
-        if not archs or not all(isinstance(a, str) for a in archs):
+        if not isinstance(archs, (list, tuple)) or not archs or not all(isinstance(a, str) for a in archs):
             raise InputError(f"{source}: architectures", archs, hint="a list of architecture names is required")
         topk = config.get("index_topk")
         heads = config.get("num_attention_heads")

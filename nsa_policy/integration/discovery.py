@@ -73,9 +73,14 @@ def auto_index(device: Any, field: str = "--device") -> tuple[bool, Optional[int
     if not text.startswith(AUTO + ":"):
         return False, None
     tail = text[len(AUTO) + 1:].strip()
-    if not tail.isdigit():
+    if not _is_index(tail):
         raise InputError(field, device, hint="auto:N takes a CUDA-visible device index N >= 0, e.g. auto:0")
     return True, int(tail)
+
+
+def _is_index(text: str) -> bool:
+    """ASCII digits, few enough to be a device index (str.isdigit accepts '²', which int() refuses)."""
+    return re.fullmatch(r"[0-9]{1,6}", text) is not None
 
 
 def is_auto(device: Any) -> bool:
@@ -230,6 +235,9 @@ def _visible(gpus: list[dict[str, Any]], cvd: Optional[str]) -> list[tuple[dict[
         if not entry:
             raise InputError("CUDA_VISIBLE_DEVICES", cvd, hint=f"an empty entry; valid: {valid}")
         if re.fullmatch(r"[+-]?\d+", entry):
+            if not re.fullmatch(r"[+-]?[0-9]{1,6}", entry):  # "²", or more digits than any machine has GPUs
+                raise InputError("CUDA_VISIBLE_DEVICES", cvd[:80], hint=f"entry {entry[:20]!r}… is not a GPU index; "
+                                                                         f"valid: {valid}")
             i = int(entry)
             if not 0 <= i < len(gpus):
                 raise InputError("CUDA_VISIBLE_DEVICES", cvd,
@@ -256,8 +264,8 @@ def _rank_index(count: int, env: Mapping[str, str], device_index: Optional[int],
     raw = env.get("LOCAL_RANK")
     if raw is None or not raw.strip():
         return 0, "default 0 (LOCAL_RANK unset)"
-    if not raw.strip().isdigit():
-        raise InputError("LOCAL_RANK", raw, hint=f"an integer 0..{count - 1}: {where}")
+    if not _is_index(raw.strip()):
+        raise InputError("LOCAL_RANK", raw[:80], hint=f"an integer 0..{count - 1}: {where}")
     local = int(raw.strip())
     if local >= count:
         raise InputError("LOCAL_RANK", raw, hint=f"this rank's GPU would be cuda:{local}, but only {where}; "
@@ -413,8 +421,9 @@ def _torch_index(env: Mapping[str, str], device_index: Optional[int]) -> int:
     raw = (env.get("LOCAL_RANK") or "").strip()
     if not raw:
         return 0
-    if not raw.isdigit():
-        raise InputError("LOCAL_RANK", env.get("LOCAL_RANK"), hint="an integer >= 0 (this rank's CUDA device index)")
+    if not _is_index(raw):
+        raise InputError("LOCAL_RANK", (env.get("LOCAL_RANK") or "")[:80],
+                         hint="an integer >= 0 (this rank's CUDA device index)")
     return int(raw)
 
 
