@@ -17,8 +17,8 @@ from nsa_policy.base.versions import parse_version
 from nsa_policy.core.decision import Finding
 from nsa_policy.core.facts import THRESHOLD_ENV_VARS, ModelFacts, ServingConfig
 from nsa_policy.engines.sglang.args import Argument, Spelling
-from nsa_policy.engines.sglang.flags import FlagInfo, field_kind, load_flags
 from nsa_policy.engines.sglang.config import ATTN_DP_NAMES
+from nsa_policy.engines.sglang.flags import FlagInfo, field_kind, load_flags
 from nsa_policy.lint.launch_checks import Needs, rule_needs
 from nsa_policy.lint.report import Arg, Diagnostic, Hint, Launch, Location
 

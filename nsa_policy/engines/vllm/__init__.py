@@ -131,12 +131,6 @@ class VllmEngine(Engine):
 
         return matrix_cli(out_dir, policy, fmt, image)
 
-
-def _compile_first_valid(out: str, arg: Any, err: Any) -> Any:
-    from nsa_policy.engines.vllm.values import compile_first_valid  # loaded only by a rule that uses the form
-
-    return compile_first_valid(out, arg, err)
-
     # ------------------------------------------------------------------ launch and lint (engines/vllm/lint.py)
     def launch_start(self, words: Sequence[str]) -> Optional[int]:
         from nsa_policy.engines.vllm.lint import launch_start
@@ -157,6 +151,12 @@ def _compile_first_valid(out: str, arg: Any, err: Any) -> Any:
         from nsa_policy.engines.vllm.lint import image_pins
 
         return image_pins()
+
+
+def _compile_first_valid(out: str, arg: Any, err: Any) -> Any:
+    from nsa_policy.engines.vllm.values import compile_first_valid  # loaded only by a rule that uses the form
+
+    return compile_first_valid(out, arg, err)
 
 
 ENGINE = VllmEngine()

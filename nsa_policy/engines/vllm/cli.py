@@ -18,9 +18,8 @@ def resolve_cli(given: dict[str, Any], *, model: Optional[str], device: str, pol
     """resolve --engine vllm: vLLM's names (rules/catalog/vllm/args.yaml); `default` shows vLLM 0.33's own
     decision and the project's recommendation (vllm-default), one after the other."""
     from nsa_policy.api import build_facts, decide
-    from nsa_policy.commands._render import render_explain, render_table
-
     from nsa_policy.base.errors import InputError
+    from nsa_policy.commands._render import render_explain, render_table
 
     names = {"kv_cache_dtype": "kv_cache_dtype", "tp_size": "tensor_parallel_size", "page_size": "block_size",
              "dcp_size": "decode_context_parallel_size"}
