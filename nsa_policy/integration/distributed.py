@@ -130,7 +130,12 @@ def ensure_agreement(decision: Any, group: Any = None) -> Agreement:
     mine = rank_decision(decision, dist.get_rank())
     gathered: list[Any] = [None] * world
     # Pickled plain dicts, not pydantic objects: peers may run another pydantic build.
-    dist.all_gather_object(gathered, mine.model_dump(mode="json"), group=group)
+    try:
+        dist.all_gather_object(gathered, mine.model_dump(mode="json"), group=group)
+    except RuntimeError as exc:  # torch's object collectives need NumPy ("Numpy is not available"), a live group
+        raise AgreementError(f"torch.distributed could not gather the ranks' decisions ({exc}); its object "
+                             "collectives need NumPy installed (pip install numpy) and every rank of the group "
+                             "calling ensure_agreement") from None
     records = [RankDecision.model_validate(g) for g in gathered]
     digests = {r.digest for r in records}
     devices = {r.rank: r.device for r in records}

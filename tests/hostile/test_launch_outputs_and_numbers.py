@@ -182,3 +182,21 @@ def test_a_rule_file_with_a_huge_integer_is_a_rule_file_error(tmp_path):
     with pytest.raises(NsaPolicyError) as exc:
         get_bundle(str(folder))
     assert "50-page-size.yaml" in str(exc.value)
+
+
+def test_ensure_agreement_without_numpy_is_an_agreement_error(monkeypatch):
+    """torch's object collectives raise a bare RuntimeError without NumPy: it is said as one error of ours."""
+    torch_dist = pytest.importorskip("torch.distributed")
+    from nsa_policy import resolve
+    from nsa_policy.integration.distributed import AgreementError, ensure_agreement
+
+    def no_numpy(*a, **k):
+        raise RuntimeError("Numpy is not available")
+
+    monkeypatch.setattr(torch_dist, "is_available", lambda: True)
+    monkeypatch.setattr(torch_dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch_dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(torch_dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(torch_dist, "all_gather_object", no_numpy)
+    with pytest.raises(AgreementError, match="NumPy"):
+        ensure_agreement(resolve({}, device="h200", model=DS, env={}))
