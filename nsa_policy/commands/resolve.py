@@ -200,6 +200,7 @@ def resolve(
 def _check_log_target(log: str, model: Optional[str]) -> None:
     """--log-decisions: appendable (decision_log.check_log_path), and not a file the command reads."""
     from nsa_policy.base.safe_io import check_output_path
+    from nsa_policy.integration.decision_log import check_log_path
 
     check_log_path(log)
     inputs = []
