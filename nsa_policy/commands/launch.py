@@ -74,8 +74,14 @@ def launch(
         # a CLI should say it could not write the log
         handler.handleError = _raise_log_error  # type: ignore[method-assign]
         logger.addHandler(handler)
+    from nsa_policy import engines
     from nsa_policy.engines.vllm.launch import is_vllm_command
 
+    argv = list(command or [])
+    owner = next((e for e in engines.every() if e.launch_start(argv) is not None), None)
+    if owner is not None and owner.launch_cli(argv, policy=policy, device=device, model=model, dry_run=dry_run,
+                                              as_json=as_json):
+        return  # an engine with a launch of its own (an out-of-tree engine)
     if is_vllm_command(command or []):
         if handler is not None:
             logger.removeHandler(handler)

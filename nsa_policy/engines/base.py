@@ -202,8 +202,11 @@ class Engine:
         return parse_cli(list(tokens))
 
     def lint_launch(self, checker: Any, launch: Any) -> list[Any]:
-        """Lint's findings for one launch of this engine."""
-        return []
+        """Lint's findings for one launch of this engine: by default its arguments read through
+        `arguments` and decided with its bundle on each device the file names."""
+        from nsa_policy.lint.generic import lint_generic
+
+        return lint_generic(self, checker, launch)
 
     def image_pins(self) -> tuple[tuple[str, str], ...]:
         """(image regex, pin regex) that name this engine's release in deployment files."""
@@ -212,10 +215,14 @@ class Engine:
     def is_launch_command(self, argv: Sequence[str]) -> bool:
         return self.launch_start(list(argv)) is not None
 
-    def plan_launch(self, argv: list[str], **kwargs: Any) -> Any:
-        from nsa_policy.base.errors import InputError
+    def launch_cli(self, argv: list[str], **kwargs: Any) -> bool:
+        """`nsa-policy launch` for this engine's command (True: handled; it prints or execs). By default
+        the engine's arguments are read through `arguments` and the decided outputs the command leaves
+        unset are appended as its flags; the built-ins keep the command's own sglang and vLLM paths."""
+        from nsa_policy.integration.generic_launch import launch_cli
 
-        raise InputError("command", " ".join(argv[:2]), hint=f"nsa-policy launch does not wrap {self.title} commands")
+        launch_cli(self, argv, **kwargs)
+        return True
 
     def matrix_cli(self, out_dir: Optional[Path], policy: str, fmt: str, image: Optional[str]) -> bool:
         """`matrix` for this engine when it has its own view (True: printed or written); the default

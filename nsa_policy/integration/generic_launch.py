@@ -69,7 +69,9 @@ def plan_generic(engine: Engine, argv: list[str], *, policy: str = "default", de
     decision = decide(facts, engine.bundle_for(policy), trace=False)
     if decision.errors:
         raise PolicyError(decision)
-    flag_of = {f: n for n, f in reversed(list(engine.arguments.items()))}  # field → its first flag
+    flag_of: dict[str, str] = {}  # field → its first flag, in the registry's order
+    for name, target in engine.arguments.items():
+        flag_of.setdefault(target, name)
     added: list[str] = []
     kept: dict[str, Any] = {}
     for out, flag in flag_of.items():
@@ -82,3 +84,46 @@ def plan_generic(engine: Engine, argv: list[str], *, policy: str = "default", de
             continue
         added += [f"--{flag}", str(decided)]
     return GenericPlan(argv=tuple(argv) + tuple(added), decision=decision, added_flags=tuple(added), kept=kept)
+
+
+def launch_cli(engine: Engine, argv: list[str], *, policy: str, device: str, model: Optional[str],
+               dry_run: bool, as_json: bool) -> None:
+    """`nsa-policy launch -- <engine's command>`: print the plan (dry run) or exec the command."""
+    import json
+    import os
+    import shlex
+    import sys
+
+    import typer
+
+    from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
+
+    try:
+        plan = plan_generic(engine, argv, policy=policy, device=device, model=model, env=os.environ)
+    except PolicyError as exc:
+        print(str(exc), file=sys.stderr)
+        if as_json:
+            print(json.dumps({"rejected": True, "decision": exc.decision.model_dump(mode="json")}))
+        raise typer.Exit(EXIT_REJECTED) from None
+    except (InputError, ValueError) as exc:
+        raise fail_usage(InputError("command", " ".join(argv[:2]), hint=str(exc)), as_json) from None
+    print(f"nsa-policy launch: target {engine.title} ({plan.decision.policy})", file=sys.stderr)
+    print("nsa-policy launch: " + (("adding " + " ".join(plan.added_flags)) if plan.added_flags else "no flag to add"),
+          file=sys.stderr)
+    for out, value in plan.kept.items():
+        print(f"nsa-policy launch: note: kept the explicit {out}={value} (the policy decides "
+              f"{getattr(plan.decision, out)})", file=sys.stderr)
+    if dry_run:
+        if as_json:
+            print(json.dumps({"argv": list(plan.argv), "added_flags": list(plan.added_flags), "engine": engine.name,
+                              "decision": plan.decision.model_dump(mode="json")}))
+        else:
+            print(shlex.join(plan.argv))
+        raise typer.Exit(EXIT_OK)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(plan.argv[0], list(plan.argv))
+    except OSError as exc:
+        print(f"nsa-policy: error: cannot run {plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE) from None

@@ -186,3 +186,32 @@ def test_policies_show_flattens_the_chain(planted):
     assert [(x["id"], x["stage"], x["bundle"]) for x in data["rules"]] == [
         ("toy.kv.fp8", "kv_cache", "toyserve-default"), ("toy.kv.bf16-refused", "kv_cache", "toyserve-default"),
         ("toy.page-size", "page_size", "toyserve-default")]
+
+
+def test_lint_reads_its_launches(planted, tmp_path):
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    (deploy / "serve.sh").write_text("#!/bin/sh\n# nsa-policy: device=h200\n"
+                                     "toyserve-serve --model deepseek-ai/DeepSeek-V3.2 --kv-dtype bfloat16 --block 32\n")
+    r = _cli(planted, "lint", str(deploy), "--format", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    found = json.loads(r.stdout)
+    items = found["diagnostics"] if isinstance(found, dict) else found
+    hits = [d for d in items if d["code"] == "NSA101"]
+    assert hits and "fp8 KV only" in hits[0]["message"], items
+    assert hits[0]["line"] == 3
+    (deploy / "serve.sh").write_text("#!/bin/sh\n# nsa-policy: device=h200\n"
+                                     "toyserve-serve --model deepseek-ai/DeepSeek-V3.2 --kv-dtype fp8_e4m3\n")
+    r = _cli(planted, "lint", str(deploy), "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_launch_appends_the_decided_outputs_in_its_own_flags(planted):
+    r = _cli(planted, "launch", "--device", "h200", "--dry-run", "--",
+             "toyserve-serve", "--model", "deepseek-ai/DeepSeek-V3.2", "--tensor-parallel", "8")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ("toyserve-serve --model deepseek-ai/DeepSeek-V3.2 --tensor-parallel 8 "
+                                "--kv-dtype fp8_e4m3 --block 32")
+    refused = _cli(planted, "launch", "--device", "h200", "--dry-run", "--",
+                   "toyserve-serve", "--model", "deepseek-ai/DeepSeek-V3.2", "--kv-dtype", "bfloat16")
+    assert refused.returncode == 1 and "NSA101" in refused.stderr and refused.stdout == ""

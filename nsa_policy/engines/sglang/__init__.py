@@ -118,6 +118,9 @@ class SglangEngine(Engine):
 
         return lint_launch(checker, launch)
 
+    def launch_cli(self, argv: list[str], **kwargs: Any) -> bool:
+        return False  # commands/launch.py's own path: respelling per release, the engine's view, exec
+
     def image_pins(self) -> tuple[tuple[str, str], ...]:
         from nsa_policy.engines.sglang.lint import image_pins
 
