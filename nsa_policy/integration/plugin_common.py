@@ -93,15 +93,17 @@ def rank_context(env: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
     return out
 
 
-def one_line(decision: Decision) -> str:
-    """The policy's explanation on one line: the first error, its flags and what would be valid."""
+def one_line(decision: Decision, flag: Optional[Callable[[str], str]] = None) -> str:
+    """The policy's explanation on one line: the first error, its flags (`flag`: field → the engine's
+    spelling of it) and what would be valid."""
+    flag = flag or (lambda f: "--" + f.replace("_", "-"))
     if not decision.errors:
         return f"nsa-policy {decision.policy}: no error"
     err = decision.errors[0]
     text = f"nsa-policy refused to start ({decision.policy} {decision.policy_digest}, {decision.device} " \
            f"{decision.device_class}): {err.code}: {' '.join(err.message.split())}"
     if err.fields:
-        text += " [at fault: " + ", ".join("--" + f.replace("_", "-") for f in err.fields) + "]"
+        text += " [at fault: " + ", ".join(flag(f) for f in err.fields) + "]"
     if err.alternatives:
         text += " [valid here: " + ", ".join(err.alternatives) + "]"
     if len(decision.errors) > 1:

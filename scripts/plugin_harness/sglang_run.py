@@ -48,12 +48,14 @@ def run(parser, configs, item, mode, logdir, n) -> dict:
     os.environ.update(NSA_POLICY=mode, NSA_POLICY_DEVICE=POLICY_DEVICE[item["device"]], NSA_POLICY_LOG=log)
     out = {"id": item["id"], "mode": mode, "release": release()}
     stage = "parse"
+    sa = None
     t0 = time.perf_counter()
     try:
         path = configs.get(item.get("model", "ds32"), item.get("config") or {})
         with captured_stderr() as err:
             try:
-                ns = parser.parse_args(["--model-path", path, *item.get("argv", [])])
+                # a fixed seed: sglang draws a random one per start-up, which is not a resolved choice
+                ns = parser.parse_args(["--model-path", path, "--random-seed", "0", *item.get("argv", [])])
             except SystemExit:
                 lines = [ln for ln in err.getvalue().splitlines() if ": error: " in ln]
                 raise ValueError("argparse: " + (lines[-1].split(": error: ", 1)[1] if lines else "exit")) from None
@@ -63,14 +65,21 @@ def run(parser, configs, item, mode, logdir, n) -> dict:
         sa.resolve_once()
         stage = "check_server_args"
         sa.check_server_args()
-        fields = fields_of(sa)
-        fields.pop("model_path", None)  # the config dir: equal per model, not a resolved value
+        # the config dir (model_path, tokenizer_path, served_model_name) differs per process: named, not compared
+        fields = {k: v.replace(configs.root, "<models>") for k, v in fields_of(sa).items()}
         out.update(ok=True, stage="done", fields=fields, threshold=os.environ.get(threshold_var()),
                    sources=[s for s, _ in getattr(sa, "_resolved_overrides", ())], error=None)
     except BaseException as exc:  # sglang (or the plugin in enforce) refused the configuration
         out.update(ok=False, stage=stage, fields=None, threshold=None, sources=None,
                    error={"type": type(exc).__name__, "message": " ".join(str(exc).split())[:600]})
     out["ms"] = round((time.perf_counter() - t0) * 1000, 2)
+    if mode == "fill" and sa is not None:  # the model config the plugin read, for the CI replay (tests/plugins)
+        from sglang.srt.arg_groups.overrides import model_config_of
+
+        try:
+            out["model_config"] = json.loads(json.dumps(model_config_of(sa).hf_config.to_dict(), default=str))
+        except Exception as exc:  # sglang refused before the model config existed
+            out["model_config_error"] = f"{type(exc).__name__}: {exc}"[:300]
     try:
         with open(log) as fh:
             out["log"] = [json.loads(line) for line in fh if line.strip()]

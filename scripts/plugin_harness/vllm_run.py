@@ -104,6 +104,8 @@ def run(root, logdir, item, mode, n) -> dict:
     except BaseException as exc:
         out.update(ok=False, stage=stage, config=None, args=None, resolved=None,
                    error={"type": type(exc).__name__, "message": " ".join(str(exc).split())[:600]})
+    if mode == "fill":  # for the CI replay (tests/plugins)
+        out["model_config"] = MODELS[item["model"]]
     out["ms"] = round((time.perf_counter() - t0) * 1000, 2)
     try:
         with open(log) as fh:

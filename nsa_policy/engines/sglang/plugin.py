@@ -129,8 +129,8 @@ def decide(fields: dict[str, Any], model: Any, *, env: Optional[dict[str, str]] 
 
 
 def _jsonable(fields: dict[str, Any]) -> dict[str, Any]:
-    return {k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v) for k, v in fields.items()
-            if v is not None}
+    # None stays: an unset field present is what fill writes into
+    return {k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v) for k, v in fields.items()}
 
 
 _READ: dict[str, Any] = {}  # what this process's last decision read, for its decision-log line
@@ -168,7 +168,7 @@ def _finish(decision: Any, applied: Any, current: pc.Mode, engine: dict[str, Any
         context["engine_error"] = f"{type(engine_error).__name__}: {' '.join(str(engine_error).split())[:300]}"
     pc.log_decision(decision, engine="sglang", current=current, context=context, logger=LOGGER)
     if status == "rejected":
-        line = pc.one_line(decision)
+        line = pc.one_line(decision, flag_of)
     else:
         line = (f"nsa-policy {current} ({decision.policy} {decision.policy_digest}, {decision.device} "
                 f"{decision.device_class}, sglang {_sglang_release()}): {status}; decision "
@@ -218,10 +218,21 @@ def _record_reader(server_args: Any) -> Callable[[str], Any]:
     return lambda field: resolution_result(server_args, field)
 
 
+def flag_of(field: str, release: Optional[str] = None) -> str:
+    """A policy field as the running sglang release spells its flag (--dsa-* from 0.5.13, --nsa-* before)."""
+    from nsa_policy.integration.startup import load_args
+
+    reg = load_args()
+    arg = next((a for a in reg.doc.arguments if a.field == field or a.name == field), None)
+    release = release or _sglang_release()
+    attr = reg.attribute_for(arg.name, release) if arg is not None and release else None
+    return "--" + (attr or field).replace("_", "-")
+
+
 def _refuse_if_rejected(decision: Any, current: pc.Mode, timer: pc.Timer, seam: str) -> None:
     """enforce: log the rejected decision, then stop the start-up with its one-line explanation."""
     if decision.errors and current == "enforce":
-        line = pc.one_line(decision)
+        line = pc.one_line(decision, flag_of)
         pc.guarded(LOGGER, "fill", "log", lambda: _finish(decision, None, current, {}, timer, None, seam, refused=line))
         raise pc.PluginRefused(line, decision)
 

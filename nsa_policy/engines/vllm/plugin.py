@@ -85,18 +85,23 @@ def _decide(engine_args: Any, current: pc.Mode) -> tuple[Any, Any]:
     target = copy.copy(engine_args) if current == "audit" else engine_args
     pc.decision_id()
     _READ.clear()
-    _READ.update({k: (v if v is None or isinstance(v, (bool, int, float, str)) else getattr(v, "name", str(v)))
-                  for k in READ_FIELDS for v in [getattr(engine_args, k, None)]})
+    for k in READ_FIELDS:
+        v = getattr(engine_args, k, None)
+        if k == "attention_config":  # only its backend choice is the policy's input
+            chosen = getattr(v, "backend", None) if v is not None else None
+            v = {"backend": getattr(chosen, "name", chosen)} if chosen is not None else None
+        _READ[k] = v if v is None or isinstance(v, (bool, int, float, str, dict)) else getattr(v, "name", str(v))
     return decide(target)
 
 
-def decide(engine_args: Any, env: Optional[dict[str, str]] = None) -> tuple[Any, Any]:
+def decide(engine_args: Any, env: Optional[dict[str, str]] = None, model: Any = None) -> tuple[Any, Any]:
     """(Applied or None when rejected, Decision): apply_vllm on `engine_args` (written in place unless
     rejected). The same call in every mode; CI replays it on recorded fields."""
     from nsa_policy.integration.startup import StartupRejected, apply_vllm
 
     try:
-        applied = apply_vllm(engine_args, policy=pc.bundle(env), device=pc.device(env), logger=_quiet_logger())
+        applied = apply_vllm(engine_args, policy=pc.bundle(env), device=pc.device(env), model=model,
+                             logger=_quiet_logger())
     except StartupRejected as exc:
         return None, exc.decision
     return applied, applied.decision
