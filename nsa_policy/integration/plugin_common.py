@@ -22,10 +22,12 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
 
 from nsa_policy.base.errors import InputError
-from nsa_policy.core.decision import Decision
+
+if TYPE_CHECKING:  # pragma: no cover - the models load only when a mode is on (start-up cost)
+    from nsa_policy.core.decision import Decision
 
 MODE_VAR = "NSA_POLICY"
 BUNDLE_VAR = "NSA_POLICY_BUNDLE"
@@ -45,7 +47,7 @@ T = TypeVar("T")
 class PluginRefused(RuntimeError):
     """enforce: the engine must not start. The message is the policy's one-line explanation."""
 
-    def __init__(self, line: str, decision: Optional[Decision] = None):
+    def __init__(self, line: str, decision: Optional["Decision"] = None):
         super().__init__(line)
         self.decision = decision
 

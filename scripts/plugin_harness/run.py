@@ -72,6 +72,36 @@ def vllm_grid() -> list[dict]:
     return out
 
 
+FAULTS = ({"NSA_POLICY_BUNDLE": "no-such-bundle"}, {"NSA_POLICY_DEVICE": "no-such-device"},
+          {"NSA_POLICY_LOG": "/proc/no-such-dir/log.jsonl"})
+
+
+def fault_grid(grid: list[dict]) -> list[dict]:
+    """Faults inside the plugin (bad settings, an unwritable log) on a few configurations: audit and
+    fill must leave the engine as it is alone; enforce refuses when it cannot decide."""
+    picked = [g for g in grid if g.get("model") in ("ds32", None) and g["id"].endswith(("defaults", "backend=None"))][:4]
+    return [{**g, "id": f"fault:{n}:{g['id']}", "plugin_env": f} for g in picked for n, f in enumerate(FAULTS)]
+
+
+def check_faults(engine: str, grid: list[dict], base: list[dict], runs: list[dict]) -> dict:
+    by = {(r["id"], r["mode"]): r for r in runs}
+    baseline = {r["id"]: r for r in base}
+    failures = []
+    for item in grid:
+        i, ref = item["id"], engine_view(engine, baseline[item["id"]])
+        log_fault = "NSA_POLICY_LOG" in item["plugin_env"]
+        for mode in ("audit",) if not log_fault else ("audit", "fill", "enforce"):
+            if json.dumps(engine_view(engine, by[(i, mode)]), sort_keys=True) != json.dumps(ref, sort_keys=True):
+                failures.append({"id": i, "mode": mode, "check": "fault: engine as without the plugin"})
+        if not log_fault:
+            if json.dumps(engine_view(engine, by[(i, "fill")]), sort_keys=True) != json.dumps(ref, sort_keys=True):
+                failures.append({"id": i, "mode": "fill", "check": "fault: engine as without the plugin"})
+            err = by[(i, "enforce")]["error"] or {}
+            if err.get("type") != "PluginRefused" or "could not decide" not in err.get("message", ""):
+                failures.append({"id": i, "mode": "enforce", "check": "fault: enforce refuses", "error": err})
+    return {"configurations": len(grid), "failures": failures}
+
+
 def install_wheel() -> str:
     target = os.path.join(ENV_ROOT, "nsa-pkg")
     with tempfile.TemporaryDirectory() as dist:
@@ -225,9 +255,12 @@ def main() -> None:
     grid = grid[: a.limit] if a.limit else grid
     t0 = time.time()
     nsa = install_wheel()
-    base = run_side(a.engine, release, nsa, grid, ("off",), "none")
-    runs = run_side(a.engine, release, nsa, grid, MODES, "nsa_policy")
-    result = check(a.engine, grid, base, runs)
+    faults = fault_grid(grid)
+    base = run_side(a.engine, release, nsa, grid + faults, ("off",), "none")
+    runs = run_side(a.engine, release, nsa, grid + faults, MODES, "nsa_policy")
+    n = len(grid)
+    result = check(a.engine, grid, base[:n], [r for r in runs if not r["id"].startswith("fault:")])
+    result["faults"] = check_faults(a.engine, faults, base[n:], [r for r in runs if r["id"].startswith("fault:")])
     replay = result.pop("replay")
     models = result.pop("models")
     summary = {"engine": a.engine, "release": release, **result,
@@ -235,6 +268,7 @@ def main() -> None:
                             "machine": f"{os.cpu_count()} cores, no GPU (device emulated)",
                             "wall_s": round(time.time() - t0, 1)}}
     print(json.dumps({k: summary[k] for k in ("engine", "release", "counts", "plugin_ms_in_process")}, indent=1))
+    print(json.dumps({"faults": result["faults"]})[:2000])
     for f in result["failures"][:15]:
         print("FAIL", json.dumps(f)[:600])
     if a.write:
@@ -249,7 +283,7 @@ def main() -> None:
             fh.write(json.dumps({"models": models}, sort_keys=True) + "\n")  # first line: the model configs
             for rec in replay:
                 fh.write(json.dumps(rec, sort_keys=True) + "\n")
-    sys.exit(1 if result["failures"] else 0)
+    sys.exit(1 if result["failures"] or result["faults"]["failures"] else 0)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ def run(parser, configs, item, mode, logdir, n) -> dict:
     os.environ.update({k: str(v) for k, v in (item.get("env") or {}).items()})
     log = os.path.join(logdir, f"{n}.jsonl")
     os.environ.update(NSA_POLICY=mode, NSA_POLICY_DEVICE=POLICY_DEVICE[item["device"]], NSA_POLICY_LOG=log)
+    os.environ.update(item.get("plugin_env") or {})  # a fault injected into the plugin's own settings
     out = {"id": item["id"], "mode": mode, "release": release()}
     stage = "parse"
     sa = None

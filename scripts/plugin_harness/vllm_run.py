@@ -81,6 +81,7 @@ def run(root, logdir, item, mode, n) -> dict:
     CAP[0] = DeviceCapability(*cap)
     log = os.path.join(logdir, f"{n}.jsonl")
     os.environ.update(NSA_POLICY=mode, NSA_POLICY_DEVICE=name, NSA_POLICY_LOG=log)
+    os.environ.update(item.get("plugin_env") or {})  # a fault injected into the plugin's own settings
     os.environ.pop("NSA_POLICY_DECISION_ID", None)
     os.environ.pop("NSA_POLICY_DECISION_VIEW", None)
     kwargs = dict(model=model_dir(root, item["model"]), skip_tokenizer_init=True,
