@@ -32,9 +32,15 @@ PLUGIN_ENV = ("NSA_POLICY", "NSA_POLICY_DEVICE", "NSA_POLICY_LOG", "NSA_POLICY_D
 
 
 def fields_of(sa) -> dict:
-    from sglang.srt.arg_groups.arg_utils import record_fields
-    from sglang.srt.arg_groups.overrides import resolution_result
+    """Every ServerArgs field as sglang resolved it: resolution_result over the record (0.5.19+), the
+    dataclass's attributes before (its __post_init__ resolved them in place)."""
+    try:
+        from sglang.srt.arg_groups.arg_utils import record_fields
+        from sglang.srt.arg_groups.overrides import resolution_result
+    except ImportError:
+        import dataclasses
 
+        return {f.name: repr(getattr(sa, f.name, None)) for f in dataclasses.fields(sa)}
     return {f.name: repr(resolution_result(sa, f.name)) for f in record_fields(type(sa))}
 
 
@@ -63,7 +69,8 @@ def run(parser, configs, item, mode, logdir, n) -> dict:
         stage = "from_cli_args"
         sa = ServerArgs.from_cli_args(ns)
         stage = "resolve_once"
-        sa.resolve_once()
+        if hasattr(sa, "resolve_once"):  # 0.5.19+; before, from_cli_args' __post_init__ resolved
+            sa.resolve_once()
         stage = "check_server_args"
         sa.check_server_args()
         # the config dir (model_path, tokenizer_path, served_model_name) differs per process: named, not compared
@@ -74,10 +81,10 @@ def run(parser, configs, item, mode, logdir, n) -> dict:
         out.update(ok=False, stage=stage, fields=None, threshold=None, sources=None,
                    error={"type": type(exc).__name__, "message": " ".join(str(exc).split())[:600]})
     out["ms"] = round((time.perf_counter() - t0) * 1000, 2)
-    if mode == "fill" and sa is not None:  # the model config the plugin read, for the CI replay (tests/plugins)
-        from sglang.srt.arg_groups.overrides import model_config_of
-
+    if mode == "fill":  # the model config the plugin read, for the CI replay (tests/plugins)
         try:
+            from sglang.srt.arg_groups.overrides import model_config_of
+
             out["model_config"] = json.loads(json.dumps(model_config_of(sa).hf_config.to_dict(), default=str))
         except Exception as exc:  # sglang refused before the model config existed
             out["model_config_error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -100,9 +107,15 @@ def main() -> None:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
-    from sglang.srt.arg_groups import resolution_hooks
+    try:
+        from sglang.srt.arg_groups import resolution_hooks
 
-    sys.stderr.write(f"hooks registered: {sorted(getattr(resolution_hooks, '_HOOKS', {}))}\n")
+        hooks = sorted(getattr(resolution_hooks, "_HOOKS", {}))
+    except ImportError:  # before 0.5.20
+        from sglang.srt.plugins.hook_registry import HookRegistry
+
+        hooks = sorted(getattr(HookRegistry, "_hooks", {}))
+    sys.stderr.write(f"hooks registered: {hooks}\n")
     parser = build_parser()
     BASE_ENV.update({k: v for k, v in os.environ.items() if k not in INPUT_ENV and k not in PLUGIN_ENV})
     configs = ConfigDirs()
