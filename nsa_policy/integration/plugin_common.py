@@ -47,7 +47,7 @@ T = TypeVar("T")
 class PluginRefused(RuntimeError):
     """enforce: the engine must not start. The message is the policy's one-line explanation."""
 
-    def __init__(self, line: str, decision: Optional["Decision"] = None):
+    def __init__(self, line: str, decision: Optional[Decision] = None):
         super().__init__(line)
         self.decision = decision
 

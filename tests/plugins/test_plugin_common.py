@@ -89,8 +89,9 @@ def test_off_loads_nothing(module):
 
 
 def test_entry_points_declared():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
     eps = project["entry-points"]

@@ -99,7 +99,8 @@ def _sglang_release() -> Optional[str]:
 
 def _fields_for_policy(view: Any) -> dict[str, Any]:
     """The fields apply() reads, as sglang's view shows them now (a plain dict: apply writes into it)."""
-    from nsa_policy.inputs import ALIAS_SWITCHES, ATTN_DP_NAMES, CONFIG_FIELDS, FIELD_ALIASES
+    from nsa_policy.engines.sglang.config import ALIAS_SWITCHES, ATTN_DP_NAMES, FIELD_ALIASES
+    from nsa_policy.inputs import CONFIG_FIELDS
     from nsa_policy.integration.startup import PARSER_DESTS, TARGETS
 
     names = {"model_path", *CONFIG_FIELDS, *FIELD_ALIASES, *ATTN_DP_NAMES, *ALIAS_SWITCHES, *ALIAS_SWITCHES.values(),
@@ -117,7 +118,7 @@ def decide(fields: dict[str, Any], model: Any, *, env: Optional[dict[str, str]] 
            sglang_version: Optional[str] = None) -> tuple[Any, Any]:
     """(Applied or None when rejected, Decision): what fill writes into `fields` (a dict the caller owns)
     and which threshold variable it sets. The same call in every mode; CI replays it on recorded fields."""
-    from nsa_policy.integration.startup import StartupRejected, apply
+    from nsa_policy.startup import StartupRejected, apply
 
     env = dict(os.environ) if env is None else env
     try:
@@ -137,7 +138,7 @@ _READ: dict[str, Any] = {}  # what this process's last decision read, for its de
 
 
 def _engine_values(read: Callable[[str], Any]) -> dict[str, Any]:
-    from nsa_policy.integration.startup import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     out = {out_name: read(field) for out_name, field in ENGINE_FIELDS.items()}
     release = _sglang_release()
@@ -220,7 +221,7 @@ def _record_reader(server_args: Any) -> Callable[[str], Any]:
 
 def flag_of(field: str, release: Optional[str] = None) -> str:
     """A policy field as the running sglang release spells its flag (--dsa-* from 0.5.13, --nsa-* before)."""
-    from nsa_policy.integration.startup import load_args
+    from nsa_policy.engines.sglang.args import load_args
 
     reg = load_args()
     arg = next((a for a in reg.doc.arguments if a.field == field or a.name == field), None)
