@@ -38,7 +38,18 @@ ENV_ROOT = os.environ.get("PLUGIN_ENV", "/work/plugins-env")
 MODES = ("off", "audit", "fill", "enforce")
 
 
-def sglang_grid() -> list[dict]:
+def sglang_grid(release: str = "0.5.23") -> list[dict]:
+    """The grid, in the release's own spelling of the DSA flags (--nsa-* up to 0.5.12.post1)."""
+    from packaging.version import Version
+
+    grid = _sglang_grid()
+    if Version(release) < Version("0.5.13"):
+        for item in grid:
+            item["argv"] = [a.replace("--dsa-", "--nsa-") for a in item["argv"]]
+    return grid
+
+
+def _sglang_grid() -> list[dict]:
     variants = [
         [], ["--kv-cache-dtype", "bfloat16"], ["--kv-cache-dtype", "fp8_e4m3"], ["--kv-cache-dtype", "fp8_e5m2"],
         ["--dsa-prefill-backend", "flashmla_sparse"], ["--dsa-prefill-backend", "flashmla_kv"],
@@ -163,8 +174,9 @@ def decided_vs_engine(engine: str, decision: dict, run: dict) -> dict:
     if engine == "sglang":
         f = run["fields"] or {}
         pairs = {"kv_cache_dtype": (decision["kv_cache_dtype"], f.get("kv_cache_dtype")),
-                 "prefill_backend": (decision["prefill_backend"], f.get("dsa_prefill_backend")),
-                 "decode_backend": (decision["decode_backend"], f.get("dsa_decode_backend")),
+                 # the release's own field: nsa_* up to 0.5.12.post1, dsa_* from 0.5.13
+                 "prefill_backend": (decision["prefill_backend"], f.get("dsa_prefill_backend", f.get("nsa_prefill_backend"))),
+                 "decode_backend": (decision["decode_backend"], f.get("dsa_decode_backend", f.get("nsa_decode_backend"))),
                  "page_size": (decision["page_size"], f.get("page_size")),
                  "dense_attn_kv_len_threshold": (decision["dense_attn_kv_len_threshold"], run["threshold"])}
         return {k: (repr(p) if k != "dense_attn_kv_len_threshold" else str(p), e) for k, (p, e) in pairs.items()}
@@ -282,7 +294,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None)
     a = ap.parse_args()
     release = a.release or ("0.5.23" if a.engine == "sglang" else "0.33.0")
-    grid = sglang_grid() if a.engine == "sglang" else vllm_grid()
+    grid = sglang_grid(release) if a.engine == "sglang" else vllm_grid()
     grid = grid[: a.limit] if a.limit else grid
     t0 = time.time()
     nsa = install_wheel()

@@ -86,8 +86,13 @@ def run(parser, configs, item, mode, logdir, n) -> dict:
             from sglang.srt.arg_groups.overrides import model_config_of
 
             out["model_config"] = json.loads(json.dumps(model_config_of(sa).hf_config.to_dict(), default=str))
-        except Exception as exc:  # sglang refused before the model config existed
-            out["model_config_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        except Exception:  # before 0.5.19 (the plugin reads model_path's config.json), or sglang refused first
+            try:
+                with open(os.path.join(configs.get(item.get("model", "ds32"), item.get("config") or {}),
+                                       "config.json")) as fh:
+                    out["model_config"] = json.load(fh)
+            except OSError as exc:
+                out["model_config_error"] = f"{type(exc).__name__}: {exc}"[:300]
     try:
         with open(log) as fh:
             out["log"] = [json.loads(line) for line in fh if line.strip()]

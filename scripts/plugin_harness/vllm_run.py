@@ -81,9 +81,9 @@ def run(root, logdir, item, mode, n) -> dict:
     CAP[0] = DeviceCapability(*cap)
     log = os.path.join(logdir, f"{n}.jsonl")
     os.environ.update(NSA_POLICY=mode, NSA_POLICY_DEVICE=name, NSA_POLICY_LOG=log)
+    for key in ("NSA_POLICY_DECISION_ID", "NSA_POLICY_DECISION_VIEW", "NSA_POLICY_BUNDLE"):
+        os.environ.pop(key, None)  # nothing of the previous run's plugin settings leaks into this one
     os.environ.update(item.get("plugin_env") or {})  # a fault injected into the plugin's own settings
-    os.environ.pop("NSA_POLICY_DECISION_ID", None)
-    os.environ.pop("NSA_POLICY_DECISION_VIEW", None)
     kwargs = dict(model=model_dir(root, item["model"]), skip_tokenizer_init=True,
                   tensor_parallel_size=item.get("tp", 1), kv_cache_dtype=item.get("kv", "auto"))
     if item.get("backend"):

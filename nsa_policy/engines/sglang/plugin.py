@@ -140,7 +140,12 @@ _READ: dict[str, Any] = {}  # what this process's last decision read, for its de
 def _engine_values(read: Callable[[str], Any]) -> dict[str, Any]:
     from nsa_policy.engines.sglang.args import load_args
 
-    out = {out_name: read(field) for out_name, field in ENGINE_FIELDS.items()}
+    out = {}
+    for out_name, field in ENGINE_FIELDS.items():
+        value = read(field)
+        if value is None and field.startswith("dsa_"):  # 0.5.12.post1 and before spell them nsa_*
+            value = read("nsa_" + field[len("dsa_"):])
+        out[out_name] = value
     release = _sglang_release()
     var = load_args().env_var_read("dense_attn_kv_len_threshold", release) if release else None
     if var:
