@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import typer
@@ -55,14 +56,15 @@ class _Commands(TyperGroup):
             help_option.metavar = ""
         return help_option
 
-    def main(self, args: Any = None, prog_name: Optional[str] = None, complete_var: Optional[str] = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
+             complete_var: Optional[str] = None, standalone_mode: bool = True, windows_expand_args: bool = True,
+             **extra: Any) -> Any:
         """A usage error (unknown option, missing or malformed value) is one line on stderr, exit 2:
         click's own report is a usage line, a hint and a box of 4-5 lines."""
         _no_flag_placeholders(self)
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                              standalone_mode=False, **extra)
+                              standalone_mode=False, windows_expand_args=windows_expand_args, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:  # `nsa-policy` alone: typer has printed the help
             rv = exc.exit_code
         except click.exceptions.ClickException as exc:

@@ -182,7 +182,8 @@ def matrix(
             try:
                 import matplotlib  # noqa: F401
             except ModuleNotFoundError:
-                print("nsa-policy: error: drawing the matrix needs matplotlib (pip install matplotlib)", file=sys.stderr)
+                print("nsa-policy: error: --out-dir draws pictures, which needs matplotlib: pip install 'nsa-policy[plot]' "
+                      "(in a checkout: pip install '.[plot]')", file=sys.stderr)
                 raise typer.Exit(2) from None
             for path in write_all(out_dir, policy).values():
                 print(f"wrote {path}")

@@ -1,0 +1,73 @@
+"""The CLI keeps the README's promises: a usage error is one line naming what is wrong (exit 2), in
+every command; flags that take no value show no placeholder; every option has help."""
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from nsa_policy.cli import app
+
+ROOT = get_command(app)
+COMMANDS = sorted(ROOT.list_commands(typer.Context(ROOT)))
+
+
+def _command(name: str):
+    return ROOT.get_command(typer.Context(ROOT), name)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_usage_error_is_one_line(name: str) -> None:
+    result = CliRunner().invoke(app, [name, "--no-such-option"])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("nsa-policy: error: ") and "--no-such-option" in lines[0]
+    assert "╭" not in result.output and "Usage:" not in result.output
+
+
+def test_a_missing_value_and_a_bad_value_are_one_line_each() -> None:
+    for argv in (["resolve", "--device"], ["resolve", "--device", "b200", "--tp-size", "x"], ["no-such-command"]):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2, argv
+        assert len([ln for ln in result.stderr.splitlines() if ln.strip()]) == 1, result.stderr
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_flags_show_no_placeholder_and_every_option_has_help(name: str) -> None:
+    cmd = _command(name)
+    for param in cmd.params:
+        if param.param_type_name == "option":
+            assert getattr(param, "help", None), f"{name} {param.opts}: no help"
+    result = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "<bool>" not in result.output, result.output
+
+
+def test_root_help_has_no_bool_placeholder() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "<bool>" not in result.output
+
+
+def test_matrix_pictures_without_matplotlib_is_a_one_line_hint(tmp_path, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ModuleNotFoundError
+    result = CliRunner().invoke(app, ["matrix", "--out-dir", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    [line] = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert "nsa-policy[plot]" in line
+
+
+def test_schema_of_one_model_is_the_schema_itself() -> None:
+    import json
+
+    result = CliRunner().invoke(app, ["schema", "decision"])
+    schema = json.loads(result.stdout)
+    assert schema.get("title") == "Decision" and "properties" in schema
+
+
+def test_catalog_tables_have_headers() -> None:
+    assert CliRunner().invoke(app, ["devices"]).stdout.splitlines()[0].split()[:2] == ["NAME", "CLASS"]
+    assert CliRunner().invoke(app, ["models"]).stdout.splitlines()[0].split()[:2] == ["MODEL", "FAMILY"]
