@@ -186,7 +186,7 @@ def resolve(
     else:
         from nsa_policy.commands._render import render_explain, render_table
 
-        print(render_explain(decision) if explain else render_table(decision))
+        print(render_explain(decision, policy) if explain else render_table(decision, policy))
     if log_decisions:  # after printing: a failing log must not lose the decision
         from nsa_policy.integration.decision_log import append_decision
 

@@ -71,3 +71,24 @@ def test_schema_of_one_model_is_the_schema_itself() -> None:
 def test_catalog_tables_have_headers() -> None:
     assert CliRunner().invoke(app, ["devices"]).stdout.splitlines()[0].split()[:2] == ["NAME", "CLASS"]
     assert CliRunner().invoke(app, ["models"]).stdout.splitlines()[0].split()[:2] == ["MODEL", "FAMILY"]
+
+
+def test_a_release_answered_by_an_older_bundle_says_so() -> None:
+    result = CliRunner().invoke(app, ["resolve", "--device", "h200", "--model", "deepseek-ai/DeepSeek-V3.2",
+                                      "--policy", "sglang-0.5.23"])
+    assert result.stdout.splitlines()[0].startswith("policy sglang 0.5.23, answered by sglang-0.5.22's rules (")
+
+
+def test_explain_lists_the_rejected_options_with_reasons() -> None:
+    result = CliRunner().invoke(app, ["resolve", "--device", "h200", "--model", "deepseek-ai/DeepSeek-V3.2",
+                                      "--kv-cache-dtype", "bfloat16", "--explain"])
+    out = result.stdout
+    assert "decided by rule backends.hopper-bf16" in out
+    assert "rejected trtllm: unsupported - flashinfer's trtllm-gen kernels are built for sm100 and sm103 only" in out
+    why = out[out.index("why:"):out.index("trace (every rule")]
+    block: list[str] = []
+    for line in why.splitlines()[1:] + ["  end"]:
+        if line.startswith("  ") and not line.startswith("    "):  # a new output's block
+            assert len(block) == len(set(block)), f"a clause is repeated: {block}"
+            block = []
+        block.append(line)
