@@ -30,6 +30,7 @@ def _source(decision: Decision, field: str) -> str:
 def policy_label(decision: Decision, requested: Optional[str] = None) -> str:
     """`sglang-0.5.22`, or for a release answered by an older bundle `sglang 0.5.23, answered by
     sglang-0.5.22's rules`: a release whose start-up policy did not change ships no bundle of its own."""
+    requested = decision.answers_for or requested
     if requested and requested != decision.policy and "/" not in requested and requested.count("-") == 1:
         engine, _, release = requested.partition("-")
         if release[:1].isdigit():
