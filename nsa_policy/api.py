@@ -36,8 +36,11 @@ def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Deci
     `default` with vLLM facts is the vllm-default bundle. A release name answered by an older bundle
     (`sglang-0.5.23` → sglang-0.5.22) is kept in `answers_for`."""
     decision = evaluate(get_bundle(bundle_for_engine(policy, facts.config.engine)), facts, load_catalog(), trace=trace)
-    if policy != decision.policy and policy.startswith(("sglang-", "vllm-")) and "/" not in policy:
-        decision = decision.model_copy(update={"answers_for": policy})
+    if policy != decision.policy:
+        from nsa_policy import engines  # lazy: the registry loads the engines' packages
+
+        if engines.get(decision.engine).release_bundle(policy) == decision.policy:
+            decision = decision.model_copy(update={"answers_for": policy})
     return decision
 
 

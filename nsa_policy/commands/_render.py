@@ -29,12 +29,14 @@ def _source(decision: Decision, field: str) -> str:
 
 def policy_label(decision: Decision, requested: Optional[str] = None) -> str:
     """`sglang-0.5.22`, or for a release answered by an older bundle `sglang 0.5.23, answered by
-    sglang-0.5.22's rules`: a release whose start-up policy did not change ships no bundle of its own."""
-    requested = decision.answers_for or requested
-    if requested and requested != decision.policy and "/" not in requested and requested.count("-") == 1:
-        engine, _, release = requested.partition("-")
-        if release[:1].isdigit():
-            return f"{engine} {release}, answered by {decision.policy}'s rules"
+    sglang-0.5.22's rules`: a release whose start-up policy did not change ships no bundle of its own.
+    (`requested` is unused: the decision's own `answers_for` says it; kept for callers.)"""
+    if decision.answers_for:
+        from nsa_policy import engines
+
+        title = engines.get(decision.engine).title or decision.engine
+        release = decision.answers_for.partition("-")[2]
+        return f"{title} {release}, answered by {decision.policy}'s rules"
     return str(decision.policy)
 
 
@@ -72,7 +74,7 @@ def _rejected_options(decision: Decision, field: str) -> list[str]:
     """For a backend output: every other backend of that phase, with why it was not chosen here (the
     capability matrix cell for this device class and KV dtype)."""
     phase = {"prefill_backend": "prefill", "decode_backend": "decode"}.get(field)
-    if phase is None or decision.engine != "sglang" or not decision.device_class or not decision.kv_cache_dtype:
+    if phase is None or getattr(decision, field) is None or not decision.device_class or not decision.kv_cache_dtype:
         return []
     from nsa_policy.catalog.store import load_catalog
 
