@@ -33,8 +33,15 @@ def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
 
 def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Decision:
     """Evaluate facts under a bundle; never raises on rejection (errors are in the decision).
-    `default` with vLLM facts is the vllm-default bundle."""
-    return evaluate(get_bundle(bundle_for_engine(policy, facts.config.engine)), facts, load_catalog(), trace=trace)
+    `default` with vLLM facts is the vllm-default bundle. A release name answered by an older bundle
+    (`sglang-0.5.23` → sglang-0.5.22) is kept in `answers_for`."""
+    decision = evaluate(get_bundle(bundle_for_engine(policy, facts.config.engine)), facts, load_catalog(), trace=trace)
+    if policy != decision.policy:
+        from nsa_policy import engines  # lazy: the registry loads the engines' packages
+
+        if engines.get(decision.engine).release_bundle(policy) == decision.policy:
+            decision = decision.model_copy(update={"answers_for": policy})
+    return decision
 
 
 def engine_for(policy: str, engine: Optional[str] = None, config: Any = None) -> str:

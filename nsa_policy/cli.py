@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import typer
@@ -17,7 +18,7 @@ except ImportError:  # pragma: no cover - older typer runs on the click package
 
 from nsa_policy import __version__
 from nsa_policy.base.errors import NsaPolicyError
-from nsa_policy.commands._common import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_OK, fail_usage
+from nsa_policy.commands._common import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_OK, fail_usage, usage_error_line
 
 _DEBUG = {"on": bool(os.environ.get("NSA_POLICY_DEBUG"))}
 # exits and usage errors pass through to typer, which prints them and exits 2 (or the given code)
@@ -27,15 +28,58 @@ _PASSTHROUGH: tuple[type[BaseException], ...] = tuple(
     if isinstance(t, type))
 
 
+def _no_flag_placeholders(cmd: click.Command) -> None:
+    """A flag takes no value, so its help row shows none (typer would print `<bool>`)."""
+    for param in cmd.params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
 class _Commands(TyperGroup):
     """Every command runs under one error policy: known errors are one line with exit 2; anything
     else is a bug, reported on one line with exit 3 (never exit 1, which means "rejected")."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
         cmd = super().get_command(ctx, cmd_name)
-        if cmd is not None and not cmd.epilog:  # every command's --help states the exit codes
-            cmd.epilog = EXIT_CODES_HELP
+        if cmd is not None:
+            if not cmd.epilog:  # every command's --help states the exit codes
+                cmd.epilog = EXIT_CODES_HELP
+            _no_flag_placeholders(cmd)
+            help_option = cmd.get_help_option(ctx)
+            if help_option is not None:
+                help_option.metavar = ""
         return cmd
+
+    def get_help_option(self, ctx: click.Context) -> Any:
+        help_option = super().get_help_option(ctx)
+        if help_option is not None:
+            help_option.metavar = ""
+        return help_option
+
+    def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
+             complete_var: Optional[str] = None, standalone_mode: bool = True, windows_expand_args: bool = True,
+             **extra: Any) -> Any:
+        """A usage error (unknown option, missing or malformed value) is one line on stderr, exit 2:
+        click's own report is a usage line, a hint and a box of 4-5 lines."""
+        _no_flag_placeholders(self)
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, windows_expand_args=windows_expand_args, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `nsa-policy` alone: typer has printed the help
+            rv = exc.exit_code
+        except click.exceptions.ClickException as exc:
+            if not standalone_mode:
+                raise
+            print(usage_error_line(exc), file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            if not standalone_mode:
+                raise
+            print("nsa-policy: aborted", file=sys.stderr)
+            sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

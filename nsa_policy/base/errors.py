@@ -76,4 +76,5 @@ class PolicyError(NsaPolicyError):
     def __init__(self, decision: Decision):
         self.decision = decision
         lines = [f"{e.code}: {e.message}" for e in decision.errors]
-        super().__init__(f"configuration rejected by policy {decision.policy!r}:\n  " + "\n  ".join(lines))
+        answered = f" (answering for {decision.answers_for})" if getattr(decision, "answers_for", None) else ""
+        super().__init__(f"configuration rejected by policy {decision.policy!r}{answered}:\n  " + "\n  ".join(lines))

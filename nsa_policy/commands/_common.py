@@ -33,3 +33,13 @@ def fail_after_output(exc: Exception) -> typer.Exit:
     """The result was printed, but a side job (the decision log) failed: say so on one line; exit 3."""
     print(f"nsa-policy: error: {exc}", file=sys.stderr)
     return typer.Exit(EXIT_INTERNAL)
+
+
+def usage_error_line(exc: Exception) -> str:
+    """click's usage error as one line: the command, what is wrong, and where the help is."""
+    ctx = getattr(exc, "ctx", None)
+    fmt = getattr(exc, "format_message", None)
+    message = " ".join((fmt() if callable(fmt) else str(exc)).split())
+    where = ctx.command_path if ctx is not None else "nsa-policy"
+    sub = where.split(" ", 1)[1] + ": " if " " in where else ""
+    return f"nsa-policy: error: {sub}{message} (see '{where} --help')"

@@ -1,6 +1,8 @@
 """Human-readable output of a decision: a short table, and with --explain the why of everything."""
 from __future__ import annotations
 
+from typing import Optional
+
 from nsa_policy.base.errors import InputError
 from nsa_policy.core.bundle import get_bundle
 from nsa_policy.core.decision import SHOWN_FIELDS, Decision, of_engine
@@ -25,10 +27,23 @@ def _source(decision: Decision, field: str) -> str:
     return text
 
 
-def render_table(decision: Decision) -> str:
+def policy_label(decision: Decision, requested: Optional[str] = None) -> str:
+    """`sglang-0.5.22`, or for a release answered by an older bundle `sglang 0.5.23, answered by
+    sglang-0.5.22's rules`: a release whose start-up policy did not change ships no bundle of its own.
+    (`requested` is unused: the decision's own `answers_for` says it; kept for callers.)"""
+    if decision.answers_for:
+        from nsa_policy import engines
+
+        title = engines.get(decision.engine).title or decision.engine
+        release = decision.answers_for.partition("-")[2]
+        return f"{title} {release}, answered by {decision.policy}'s rules"
+    return str(decision.policy)
+
+
+def render_table(decision: Decision, requested: Optional[str] = None) -> str:
     lines = []
     model = decision.model or decision.architecture
-    lines.append(f"policy {decision.policy} ({decision.policy_digest}) · device {decision.device} "
+    lines.append(f"policy {policy_label(decision, requested)} ({decision.policy_digest}) · device {decision.device} "
                  f"({decision.device_class}) · model {model}" + (f" ({decision.model_family})" if decision.model_family else ""))
     if not decision.applies:
         lines.append("not a DSA model: no DSA setting applies")
@@ -46,15 +61,45 @@ def render_table(decision: Decision) -> str:
     for title, items in (("errors", decision.errors), ("warnings", decision.warnings), ("notes", decision.notes)):
         if items:
             lines.append(f"{title}:")
-            lines.extend(f"  {f.code} {f.message}" for f in items)
+            seen: set[tuple[str, str]] = set()
+            for f in items:  # one finding per code and message: two rules may report the same clause
+                if (f.code, f.message) not in seen:
+                    seen.add((f.code, f.message))
+                    lines.append(f"  {f.code} {f.message}")
     lines.append("REJECTED" if decision.errors else "resolved")
     return "\n".join(lines)
 
 
-def render_explain(decision: Decision) -> str:
-    """For each output: where it came from and why; then every rule passed over and why."""
+def _rejected_options(decision: Decision, field: str) -> list[str]:
+    """For a backend output: every other backend of that phase, with why it was not chosen here (the
+    capability matrix cell for this device class and KV dtype)."""
+    phase = {"prefill_backend": "prefill", "decode_backend": "decode"}.get(field)
+    if phase is None or getattr(decision, field) is None or not decision.device_class or not decision.kv_cache_dtype:
+        return []
+    from nsa_policy.catalog.store import load_catalog
+
+    cat = load_catalog()
+    chosen = getattr(decision, field)
+    out = []
+    for name, spec in cat.backends.items():
+        if name == chosen or phase not in spec.phases:
+            continue
+        try:
+            cap = cat.capability(name, decision.device_class, decision.kv_cache_dtype, phase)
+        except (KeyError, ValueError):
+            continue
+        if cap.status == "supported":
+            out.append(f"      runs here, not chosen: {name} (the rule above prefers {chosen})")
+        else:
+            out.append(f"      rejected {name}: {cap.status} - {cap.reason}")
+    return out
+
+
+def render_explain(decision: Decision, requested: Optional[str] = None) -> str:
+    """For each output: the rule that decided it and why; the options it rejected, with the reason; the
+    other rules that could have set it and did not match; then the full trace."""
     bundle = get_bundle(decision.policy) if decision.policy else None
-    lines = [render_table(decision), "", "why:"]
+    lines = [render_table(decision, requested), "", "why:"]
     by_rule = {t.rule: t for t in decision.trace}
     for field in shown_fields(decision):
         p = decision.provenance.get(field)
@@ -65,18 +110,21 @@ def render_explain(decision: Decision) -> str:
         if p.rule is not None and bundle is not None:
             try:
                 rule = bundle.rule(p.rule)
-                lines.append(f"  {field} = {value!r}: rule {rule.id} ({rule.origin}) - {rule.description}"
+                lines.append(f"  {field} = {value!r}: decided by rule {rule.id} ({rule.origin}) - {rule.description}"
                              + (f" [evidence: {', '.join(rule.evidence)}]" if rule.evidence else ""))
             except InputError:  # a decision from another version of the bundle
                 lines.append(f"  {field} = {value!r}: rule {p.detail}")
         else:
             lines.append(f"  {field} = {value!r}: {p.source} {p.detail}".rstrip())
+        lines.extend(_rejected_options(decision, field))
         if bundle is not None:
+            unmatched = []
             for rule in bundle.rules:
                 if field in rule.outputs and rule.id != p.rule:
                     t = by_rule.get(rule.id)
                     if t is not None and t.outcome != "fired":
-                        lines.append(f"      passed over {rule.id}: {t.outcome} - {t.why}")
+                        unmatched.append(f"      did not apply: {rule.id} ({t.outcome}: {t.why})")
+            lines.extend(dict.fromkeys(unmatched))  # one line per rule and reason
     if decision.trace:
         lines.append("")
         lines.append("trace (every rule, in order):")

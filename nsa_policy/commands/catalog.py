@@ -28,11 +28,13 @@ def schema(
                                           "facts": Facts, "decision": Decision}
     if name is not None and name not in models:
         raise fail_usage(InputError("schema", name, list(models)))
-    chosen = {name: models[name]} if name else models
-    print(json.dumps({k: m.model_json_schema() for k, m in chosen.items()}, indent=2))
+    if name is not None:  # one schema is the schema itself, usable as is by a validator
+        print(json.dumps(models[name].model_json_schema(), indent=2))
+        return
+    print(json.dumps({k: m.model_json_schema() for k, m in models.items()}, indent=2))
 
 
-def devices(as_json: bool = typer.Option(False, "--json")) -> None:
+def devices(as_json: bool = typer.Option(False, "--json", help="Print the devices as one JSON array.")) -> None:
     """List the device catalog and the capability specs."""
     from nsa_policy.catalog.store import load_catalog
 
@@ -41,13 +43,14 @@ def devices(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         print(json.dumps(rows))
         return
+    print(f"{'NAME':<14} {'CLASS':<7} {'VENDOR':<7} {'CC':<8} {'MEMORY':<9} PRODUCT (NVML name)")
     for r in rows:
         cc = ".".join(map(str, r["compute_capability"])) if r["compute_capability"] else "-"
-        print(f"{r['name']:<14} {r['device_class']:<7} {r['vendor']:<7} cc {cc:<5} "
+        print(f"{r['name']:<14} {r['device_class']:<7} {r['vendor']:<7} {cc:<8} "
               f"{(str(r['memory_gb']) + ' GB') if r['memory_gb'] else '':<9} {r['product_name'] or '(capability spec)'}")
 
 
-def models(as_json: bool = typer.Option(False, "--json")) -> None:
+def models(as_json: bool = typer.Option(False, "--json", help="Print the models as one JSON array.")) -> None:
     """List the model catalog."""
     from nsa_policy.catalog.store import load_catalog
 
@@ -56,12 +59,13 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         print(json.dumps(rows))
         return
+    print(f"{'MODEL':<38} {'FAMILY':<14} {'ARCHITECTURE':<26} {'INDEX_TOPK':<10} HEADS")
     for r in rows:
         print(f"{r['model_id']:<38} {r['family']:<14} {r['architecture']:<26} "
-              f"topk {r['index_topk']} heads {r['num_attention_heads']}")
+              f"{r['index_topk']:<10} {r['num_attention_heads']}")
 
 
-def backends(as_json: bool = typer.Option(False, "--json")) -> None:
+def backends(as_json: bool = typer.Option(False, "--json", help="Print the backends as one JSON array.")) -> None:
     """List the backends and where each runs (the capability matrix)."""
     from nsa_policy.catalog.store import KV_DTYPES, PHASES, load_catalog
     from nsa_policy.verify.matrix import sglang_span

@@ -140,6 +140,10 @@ def resolve(
     attention_backend: Optional[str] = typer.Option(
         None, "--attention-backend", help="vLLM only: a forced attention backend (FLASHMLA_SPARSE, …)."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM only: the KV-cache block size."),
+    prefill_context_parallel_size: Optional[int] = typer.Option(
+        None, "--prefill-context-parallel-size", help="vLLM only: prefill context-parallel ranks (-pcp)."),
+    indexer_kv_dtype: Optional[str] = typer.Option(
+        None, "--indexer-kv-dtype", help="vLLM only: the DSA indexer's K cache (-ac.indexer_kv_dtype: auto, mxfp4)."),
     **serving: Any,
 ) -> None:
     """Resolve the DSA serving decision for a device and model (or a mixed fleet: --device h200,b200)."""
@@ -154,11 +158,17 @@ def resolve(
         raise fail_usage(exc, as_json) from None
     from nsa_policy import engines
 
+    flags = {"attention_backend": attention_backend, "block_size": block_size,
+             "prefill_context_parallel_size": prefill_context_parallel_size, "indexer_kv_dtype": indexer_kv_dtype}
     # an engine with its own view of `resolve` (vLLM: its names, its release beside the recommendation) prints it
     engines.get(eng).resolve_cli(given, model=model, device=device, policy=policy, as_json=as_json, explain=explain,
-                                 extra={"attention_backend": attention_backend, "block_size": block_size,
-                                        "log_decisions": log_decisions, "package": package, "used": used})
+                                 extra={**flags, "log_decisions": log_decisions, "package": package, "used": used})
     chosen = engines.get(eng)
+    for key, value in flags.items():  # flags of another engine's view: an error, never silently dropped
+        if value is not None:
+            raise fail_usage(InputError("--" + key.replace("_", "-"), value,
+                                        hint=f"a vLLM flag (--engine vllm); the policy {policy!r} is {chosen.title}'s"),
+                             as_json)
     # keyed by the flag as given, so the facts know the spelling: a release bundle judges it (refused,
     # deprecated) as that release's parser would; an engine that judges no spellings gets the fields
     config: dict[str, Any] = ({used[name]: value for name, value in given.items()} if chosen.judges_spellings
@@ -186,7 +196,7 @@ def resolve(
     else:
         from nsa_policy.commands._render import render_explain, render_table
 
-        print(render_explain(decision) if explain else render_table(decision))
+        print(render_explain(decision, policy) if explain else render_table(decision, policy))
     if log_decisions:  # after printing: a failing log must not lose the decision
         from nsa_policy.integration.decision_log import append_decision
 

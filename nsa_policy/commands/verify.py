@@ -84,7 +84,7 @@ def diff(
     fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes (default: up to 2)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="sglang or vllm: which engine's bundle `default` "
                                                                 "names (default: the other bundle's engine)."),
 ) -> None:
@@ -182,7 +182,8 @@ def matrix(
             try:
                 import matplotlib  # noqa: F401
             except ModuleNotFoundError:
-                print("nsa-policy: error: drawing the matrix needs matplotlib (pip install matplotlib)", file=sys.stderr)
+                print("nsa-policy: error: --out-dir draws pictures, which needs matplotlib: pip install 'nsa-policy[plot]' "
+                      "(in a checkout: pip install '.[plot]')", file=sys.stderr)
                 raise typer.Exit(2) from None
             for path in write_all(out_dir, policy).values():
                 print(f"wrote {path}")

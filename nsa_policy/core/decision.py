@@ -120,6 +120,9 @@ class Decision(Frozen):
                                             description="the engine the decision is for: a registered engine")
     policy: str
     policy_digest: str = Field(description="sha256 of the bundle's rule files, first 16 hex digits")
+    answers_for: Optional[str] = Field(
+        default=None, description="the release asked for when an older bundle answers for it: `sglang-0.5.23` "
+                                  "(a release whose start-up policy did not change ships no bundle of its own)")
     device: str
     device_class: str
     model: Annotated[Optional[str], _AGREED] = None

@@ -34,7 +34,7 @@ def resolve_cli(given: dict[str, Any], *, model: Optional[str], device: str, pol
                                          "--engine vllm: --kv-cache-dtype, --tp-size, --page-size/--block-size, "
                                          "--dcp-size, --attention-backend"), as_json)
     config: dict[str, Any] = {names[k]: v for k, v in given.items() if k in names}
-    for key in ("attention_backend", "block_size"):
+    for key in ("attention_backend", "block_size", "prefill_context_parallel_size", "indexer_kv_dtype"):
         if extra.get(key) is not None:
             config[key] = extra[key]
     policies = ["vllm-0.33", "default"] if policy == "default" else [policy]
