@@ -32,9 +32,7 @@ EXAMPLES = [b for b in ALL if b.kind is not None]
 RUNNABLE = [b for b in EXAMPLES if b.not_run is None]
 # Pages another engineer is rewriting at the time of writing: their examples run and are reported
 # (xfail when they fail, xpass when they pass) instead of failing CI; remove the entry once they land.
-PENDING = {"docs/lint.md": "being rewritten by lint's owner (issue 24, deliverable 5); its examples predate this test",
-           "docs/bench.md": "its owner marks GPU-only commands with a comment inside the block, not <!-- not-run -->",
-           "docs/default-policy-changes.md": "being rewritten by its owner; it still cites the spec files"}
+PENDING = {"docs/default-policy-changes.md": "being rewritten by its owner; it still cites the spec files"}
 
 
 def _params() -> list:
