@@ -103,7 +103,8 @@ class ReleaseChecks:
         g = self._globals()
         body = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in funcs)
                 or (isinstance(n, (ast.Assign, ast.AnnAssign)) and any(
-                    isinstance(t, ast.Name) and t.id in consts for t in (n.targets if isinstance(n, ast.Assign) else [n.target])))]
+                    isinstance(t, ast.Name) and t.id in consts
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])))]
         # `_is_hip` is a module constant in the wheel (computed at import); here it follows the emulated device
         mod = ast.Module(body=body, type_ignores=[])
         code = compile(ast.fix_missing_locations(_HipRewriter().visit(mod)), f"<{self.release} wheel>", "exec")
@@ -335,7 +336,8 @@ def _markdown(s: dict[str, Any]) -> str:
              "decision builds a DSA backend (no start-up refusal, a DSA architecture, a CUDA/ROCm device, or XPU from "
              "0.5.22). The checks are the wheel's own code (listed per release), executed with the values the backend "
              "would pass.", "",
-             "| release | sampled | reach the backend build | agree | refused late (agreeing) | sglang's message verbatim | disagreement classes |",
+             "| release | sampled | reach the backend build | agree | refused late (agreeing) | sglang's message verbatim "
+             "| disagreement classes |",
              "|---|---|---|---|---|---|---|"]
     for rel, r in s["releases"].items():
         lines.append(f"| {rel} | {r['inputs']} | {r['built']} | {r['agreement']} % | {r['refused_late']} | "

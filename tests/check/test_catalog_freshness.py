@@ -39,7 +39,8 @@ def test_backend_choices_are_the_catalogs(release: str) -> None:
     got = _lists(release)["backends"]
     assert set(got) == {"prefill", "decode"}
     for phase, names in got.items():
-        assert set(names) <= set(cat.backend_names), f"{release} {phase}: not in backends.yaml: {set(names) - set(cat.backend_names)}"
+        unknown = set(names) - set(cat.backend_names)
+        assert not unknown, f"{release} {phase}: not in backends.yaml: {unknown}"
         assert set(names) == set(cat.sglang_choices(release, phase)), (
             f"{release} {phase}: the wheel lists {sorted(names)}, backends.yaml sglang_choice says "
             f"{sorted(cat.sglang_choices(release, phase))}")

@@ -78,4 +78,6 @@ def test_release_checks_from_the_wheel_agree_on_a_fresh_sample(release: str) -> 
     built = [r for r in rows if r["outcome"] != "not built"]
     assert built and any(r["outcome"] == "agree: refused" for r in rows)
     bad = [r for r in built if r["outcome"] == "disagree"]
-    assert not bad, f"{len(bad)} of {len(built)} disagree; first: {bad[0]['params']} wheel={bad[0]['wheel']!r} bundle={bad[0]['bundle_late']}"
+    first = bad[0] if bad else {}
+    assert not bad, f"{len(bad)} of {len(built)} disagree; first: {first.get('params')} wheel={first.get('wheel')!r} " \
+                    f"bundle={first.get('bundle_late')}"
