@@ -24,8 +24,7 @@ STATIC_PATHS = frozenset(
     + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
                              "dsa_hip_disable_preshuffle", "nsa_threshold_set", "dsa_threshold_set",
                              "dsa_threshold", "threshold_conflict")]
-    + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible",
-                                "tp_dcp_divisible", "pcp_dcp_valid")]
+    + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
     + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
                                "dsa_flags_set", "spellings")]
@@ -73,7 +72,6 @@ _PATH_INPUTS = {
     "derived.tp_size": frozenset({"config"}),
     "derived.attn_tp_size": frozenset({"config"}), "derived.tp_divisible": frozenset({"config"}),
     "derived.heads_per_rank": frozenset({"model", "config"}), "derived.heads_divisible": frozenset({"model", "config"}),
-    "derived.tp_dcp_divisible": frozenset({"config"}), "derived.pcp_dcp_valid": frozenset({"config"}),
 }
 _PROV_INPUTS = frozenset({"config", "env"})
 
@@ -234,10 +232,6 @@ def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactN
         "derived.attn_tp_size": x.attn_tp_size, "derived.heads_per_rank": x.heads_per_rank,
         "derived.tp_divisible": (effective_tp_size(c) % c.dp_size == 0) if c.enable_dp_attention else True,
         "derived.heads_divisible": (m.num_attention_heads % x.attn_tp_size == 0) if m.num_attention_heads else True,
-        # vLLM's ParallelConfig: without PCP, DCP reuses the TP ranks (tp % dcp == 0); with PCP, DCP is 1, PCP or TP x PCP
-        "derived.tp_dcp_divisible": effective_tp_size(c) % c.dcp_size == 0,
-        "derived.pcp_dcp_valid": c.dcp_size in (1, c.prefill_context_parallel_size,
-                                                effective_tp_size(c) * c.prefill_context_parallel_size),
         "input.prefill_backend_known": c.nsa_prefill_backend is None or c.nsa_prefill_backend in names,
         "input.decode_backend_known": c.nsa_decode_backend is None or c.nsa_decode_backend in names,
         "input.threshold": threshold, "input.threshold_source": source,

@@ -57,11 +57,7 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
                                     cfg_value(VLLM_INVALID_KV, kv_cache_dtype=VLLM_INVALID_KV)))
     bad_other = Dim("input", (cfg_value("valid"), cfg_value(f"indexer_kv_dtype {VLLM_INVALID_INDEXER}",
                                                    indexer_kv_dtype=VLLM_INVALID_INDEXER),
-                              cfg_value("tp6 (heads do not split)", tp_size=6),
-                              # parallel shapes vLLM's ParallelConfig refuses (tp % dcp; PCP x DCP)
-                              cfg_value("tp1 dcp2 (tp % dcp)", tp_size=1, dcp_size=2),
-                              cfg_value("pcp2 dcp4 tp8 (PCP x DCP)", prefill_context_parallel_size=2, tp_size=8,
-                                        dcp_size=4)))
+                              cfg_value("tp6 (heads do not split)", tp_size=6)))
     # devices vLLM's DSA catalog does not describe (Intel XPU, CPU): the bundles must refuse them with a finding
     others = Dim("device", tuple(Value(label=c, device=c, covers=(c,)) for c in catalog.device_doc.classes
                                  if catalog.device(c).vendor not in v.doc.indexer.block_sizes), counts_for_size=False)
