@@ -87,6 +87,7 @@ class ModelEntry(_Spec):
     index_kpool: int = Field(default=1, ge=1)
     index_topk_freq: int = Field(default=1, ge=1)
     index_topk_pattern: Optional[str] = None
+    qk_rope_head_dim: Optional[int] = Field(default=None, ge=0, description="when it differs from the family's mla (0: NoPE)")
 
 
 class ModelCatalog(_Spec):
@@ -326,7 +327,15 @@ class Catalog:
                           index_topk=entry.index_topk, num_attention_heads=entry.num_attention_heads,
                           learnable_sink=entry.learnable_sink, index_kpool=entry.index_kpool,
                           index_topk_freq=entry.index_topk_freq, index_topk_pattern=entry.index_topk_pattern,
-                          source="catalog")
+                          qk_rope_head_dim=self._rope_dim(entry), source="catalog")
+
+    def _rope_dim(self, entry: ModelEntry) -> Optional[int]:
+        """The model's own qk_rope_head_dim, else its family's (models.yaml mla), else None."""
+        if entry.qk_rope_head_dim is not None:
+            return entry.qk_rope_head_dim
+        fam = self.arch_family.get(entry.architecture)
+        mla = self.model_doc.families[fam].mla if fam else None
+        return mla.get("qk_rope_head_dim") if mla else None
 
     def model_from_config(self, config: Mapping[str, Any], *, source: str, model_id: Optional[str] = None) -> ModelFacts:
         archs = config.get("architectures") or []
@@ -346,6 +355,11 @@ class Catalog:
                 if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
                     raise InputError(f"{source}: {key}", val, hint="a positive integer")
                 variants[key] = val
+        rope = config.get("qk_rope_head_dim")
+        if rope is not None:
+            if not isinstance(rope, int) or isinstance(rope, bool) or rope < 0:
+                raise InputError(f"{source}: qk_rope_head_dim", rope, hint="a non-negative integer (0: NoPE)")
+            variants["qk_rope_head_dim"] = rope
         sink = config.get("learnable_sink")
         if sink is not None:
             if not isinstance(sink, bool):

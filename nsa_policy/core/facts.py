@@ -76,6 +76,8 @@ class ModelFacts(Frozen):
     index_kpool: int = Field(default=1, ge=1, description="KV pages per index page: sglang 0.5.22+ pages 64 x index_kpool")
     index_topk_freq: int = Field(default=1, ge=1, description="the indexer runs every index_topk_freq layers")
     index_topk_pattern: Optional[str] = Field(default=None, description="per-layer indexer pattern ('S': shared index)")
+    qk_rope_head_dim: Optional[int] = Field(default=None, ge=0, description="RoPE part of the MLA head; 0: a NoPE model "
+                                            "(sglang 0.5.22+ refuses flashmla_sparse_q8 with fp8 KV for it)")
     source: str = Field(default="catalog", description="catalog, a config.json path, 'mapping' or 'cli'")
 
     @property
@@ -138,6 +140,15 @@ class ServingConfig(Frozen):
     prefill_context_parallel_size: int = Field(default=1, ge=1, description="vLLM --prefill-context-parallel-size")
     sparse_mla_force_mqa: bool = Field(default=False, description="vLLM -ac.sparse_mla_force_mqa: no dense short prefill")
     indexer_kv_dtype: Optional[str] = Field(default=None, description="vLLM -ac.indexer_kv_dtype: auto, fp8 or mxfp4")
+    # Read by sglang when it builds the DSA backend and indexer, after the weights load (late checks:
+    # layers/attention/dsa_backend.py, dsa/paged_mqa_logits_backend.py).
+    dsa_triton_union: Literal[0, 2, 4] = Field(default=0, description="--dsa-triton-union (0.5.22+): triton_sparse_mla "
+                                                                     "union group size; 0 disables")
+    dsa_paged_mqa_logits_backend: Optional[Literal["auto", "deepgemm", "cutedsl", "aiter"]] = Field(
+        default=None, description="--dsa-paged-mqa-logits-backend (0.5.16+): the indexer's paged MQA logits kernel; None = auto")
+    enable_mixed_chunk: bool = Field(default=False, description="--enable-mixed-chunk: flashmla_sparse_q8 refuses it (0.5.22+)")
+    enable_deterministic_inference: bool = Field(
+        default=False, description="--enable-deterministic-inference: turns --dsa-triton-union off (0.5.22+)")
 
 
 THRESHOLD_ENV_VARS = (

@@ -17,7 +17,8 @@ STATIC_PATHS = frozenset(
                               "runs_dsa", "mha_one_shot")]
     + [f"model.{k}" for k in ("id", "family", "architecture", "index_topk", "num_attention_heads", "is_dsa",
                               "learnable_sink", "index_kpool", "index_topk_freq", "index_topk_pattern",
-                              "index_topk_sharing", "index_kpool_page_size")]
+                              "index_topk_sharing", "index_kpool_page_size",
+                              "qk_rope_head_dim")]
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
     + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
@@ -178,7 +179,9 @@ def _model_part(m: ModelFacts) -> dict[str, Any]:
             # sglang 0.5.13+ refuses two-batch overlap with it (model_hook _validate_dsa_tbo_index_sharing)
             "model.index_topk_sharing": m.index_topk_freq > 1 or "S" in (m.index_topk_pattern or ""),
             # sglang 0.5.22+ pages: 64 tokens per index page, index_kpool pages pooled (deepseek_v2.py)
-            "model.index_kpool_page_size": 64 * m.index_kpool}
+            "model.index_kpool_page_size": 64 * m.index_kpool,
+            # 0 for a NoPE model; None where neither the catalog nor the config says
+            "model.qk_rope_head_dim": m.qk_rope_head_dim}
 
 
 @lru_cache(maxsize=256)

@@ -414,6 +414,14 @@ EXTRAS = (
          enable_dp_attention=True)._replace_spellings(("--attn-dp-size",)),
     cfg_value("spelt --enable-dp-attention (tp8 dp8)", tp_size=8, dp_size=8,
          enable_dp_attention=True)._replace_spellings(("--enable-dp-attention",)),
+    # read when sglang builds the DSA backend and indexer (late checks, NSA112/NSA321)
+    cfg_value("dsa_triton_union 4 (tp8)", dsa_triton_union=4, tp_size=8),
+    cfg_value("dsa_triton_union 4, deterministic inference (tp8)", dsa_triton_union=4, tp_size=8,
+         enable_deterministic_inference=True),
+    cfg_value("enable_mixed_chunk", enable_mixed_chunk=True),
+    cfg_value("dsa_paged_mqa_logits_backend aiter", dsa_paged_mqa_logits_backend="aiter"),
+    cfg_value("dsa_paged_mqa_logits_backend deepgemm", dsa_paged_mqa_logits_backend="deepgemm"),
+    cfg_value("dsa_paged_mqa_logits_backend cutedsl", dsa_paged_mqa_logits_backend="cutedsl"),
 )
 
 
@@ -431,6 +439,9 @@ def _model_variants(topk: int) -> tuple[Value, ...]:
         Value(label="DeepseekV3ForCausalLMNextN", arch=("DeepseekV3ForCausalLMNextN", topk, None)),
         # the family overrides only, from sglang 0.5.16 (bundle.yaml family_only_architectures)
         Value(label="LongcatFlashForCausalLMNextN", arch=("LongcatFlashForCausalLMNextN", topk, None)),
+        # a NoPE MLA model (qk_rope_head_dim 0): sglang 0.5.22+ refuses flashmla_sparse_q8 over its fp8 pool
+        Value(label="GlmMoeDsaForCausalLM (NoPE)", arch=("GlmMoeDsaForCausalLM", topk, None),
+              model_extra=(("qk_rope_head_dim", 0),)),
     )
 
 
@@ -442,6 +453,8 @@ SERVING_VARIANTS = (
     cfg_value("HiSparse", enable_hisparse=True, disable_radix_cache=True),
     cfg_value("prefill context parallel (interleave)", enable_prefill_cp=True, cp_strategy="interleave"),
     cfg_value("two-batch overlap", enable_two_batch_overlap=True),
+    # 16 heads per rank for a 128-head model: triton_sparse_mla's index_kpool check is reached
+    cfg_value("tp_size 8", tp_size=8),
 )
 
 

@@ -107,6 +107,8 @@ class EnvVar(_Spec):
     first: str
     last: Optional[str] = None
     ignored: Optional[Ignored] = Field(default=None, description="releases that declare the name but never honour it")
+    default: Optional[int] = Field(default=None, description="the value the release reads when the variable is unset "
+                                                            "(environ.py EnvInt(N)); None where not established")
 
     def read_by(self, release: Version) -> bool:
         return release >= _v(self.first) and (self.last is None or release <= _v(self.last))
@@ -320,6 +322,11 @@ class ArgRegistry:
         """The environment variable the release actually reads for the argument."""
         r = self._rel(release)
         return next((e.name for e in self.argument(arg).env if e.read_by(r)), None)
+
+    def env_default(self, arg: str, release: object) -> Optional[int]:
+        """The release default of the variable the release reads for the argument (None: not established)."""
+        r = self._rel(release)
+        return next((e.default for e in self.argument(arg).env if e.read_by(r)), None)
 
     def env_vars_ignored(self, arg: str, release: object) -> dict[str, str]:
         """Variables of the argument the release does not read → why (declared-but-ignored, or not read at all)."""

@@ -94,9 +94,12 @@ def as_given(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
 
     argv = list(item["argv"])
     kv = argv[argv.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in argv else "auto"
-    var = load_args().env_var_read("dense_attn_kv_len_threshold", release)
+    reg = load_args()
+    var = reg.env_var_read("dense_attn_kv_len_threshold", release)
     raw = (item.get("env") or {}).get(var) if var else None
-    return {"kv_cache_dtype": kv, "threshold": int(raw) if raw is not None else None}
+    return {"kv_cache_dtype": kv, "threshold": int(raw) if raw is not None else None,
+            # what the DSA backend reads when start-up declares no threshold: the variable, else its release default
+            "threshold_read": int(raw) if raw is not None else reg.env_default("dense_attn_kv_len_threshold", release)}
 
 
 def agree(mine: Mapping[str, Any], theirs: Mapping[str, Any], given: Optional[Mapping[str, Any]] = None) -> bool:
@@ -113,6 +116,9 @@ def agree(mine: Mapping[str, Any], theirs: Mapping[str, Any], given: Optional[Ma
     for f in FIELDS:
         if mine[f] is None and given is not None and f in given and theirs[f] == given[f]:
             continue  # not decided by either: sglang leaves the value as given
+        if (f == "threshold" and theirs[f] is None and given is not None
+                and given.get("threshold_read") is not None and mine[f] == given["threshold_read"]):
+            continue  # start-up declares none; the decision gives what the backend reads (issue 21, effective values)
         if (_KV_SAME.get(theirs[f], theirs[f]) if f == "kv_cache_dtype" else theirs[f]) != mine[f]:
             return False
     return True
