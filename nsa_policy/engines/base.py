@@ -191,12 +191,27 @@ class Engine:
         return None
 
     # ------------------------------------------------------------------ launch and lint
+    # An engine's own lint module (engines/<name>/lint.py) defines launch_start, parse_cli, lint_launch
+    # and image_pins; each hook below calls it when set, else the engine-neutral default.
+    lint_module: Optional[str] = None
+
+    def _lint(self, name: str) -> Any:
+        if self.lint_module is None:
+            return None
+        import importlib
+
+        return getattr(importlib.import_module(self.lint_module), name)
+
     def launch_start(self, words: Sequence[str]) -> Optional[int]:
         """Where this engine's server command starts among a command's words (None: not this engine)."""
-        return None
+        own = self._lint("launch_start")
+        return own(words) if own is not None else None
 
     def parse_cli(self, tokens: Sequence[Any]) -> Any:
         """A launch's arguments from its tokens ((text, location, unresolved) triples)."""
+        own = self._lint("parse_cli")
+        if own is not None:
+            return own(tokens)
         from nsa_policy.lint.cliargs import parse_cli
 
         return parse_cli(list(tokens))
@@ -204,13 +219,17 @@ class Engine:
     def lint_launch(self, checker: Any, launch: Any) -> list[Any]:
         """Lint's findings for one launch of this engine: by default its arguments read through
         `arguments` and decided with its bundle on each device the file names."""
+        own = self._lint("lint_launch")
+        if own is not None:
+            return own(checker, launch)
         from nsa_policy.lint.generic import lint_generic
 
         return lint_generic(self, checker, launch)
 
     def image_pins(self) -> tuple[tuple[str, str], ...]:
         """(image regex, pin regex) that name this engine's release in deployment files."""
-        return ()
+        own = self._lint("image_pins")
+        return own() if own is not None else ()
 
     def is_launch_command(self, argv: Sequence[str]) -> bool:
         return self.launch_start(list(argv)) is not None

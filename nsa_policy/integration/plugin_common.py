@@ -146,7 +146,7 @@ def log_decision(decision: Decision, *, engine: str, current: Mode, context: Map
     try:
         append_decision(path, decision, origin=f"plugin.{engine}", context=full, include_trace=False)
     except Exception as exc:  # the log is evidence, not a reason to stop the engine
-        (logger or logging.getLogger("nsa_policy.plugin")).error(
+        (logger or logging.getLogger(__name__)).error(
             "nsa-policy plugin: decision not logged to %s=%s: %s", LOG_VAR, path, exc)
 
 

@@ -6,7 +6,7 @@ changelog. Submodules load on first use: importing the engine object costs nothi
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional
 
 from nsa_policy.engines.base import Engine
 
@@ -102,29 +102,11 @@ class SglangEngine(Engine):
 
         return check_invariants(decision, facts, catalog)
 
-    # ------------------------------------------------------------------ launch and lint (engines/sglang/lint.py)
-    def launch_start(self, words: Sequence[str]) -> Optional[int]:
-        from nsa_policy.engines.sglang.lint import launch_start
-
-        return launch_start(words)
-
-    def parse_cli(self, tokens: Sequence[Any]) -> Any:
-        from nsa_policy.engines.sglang.lint import parse_cli
-
-        return parse_cli(tokens)
-
-    def lint_launch(self, checker: Any, launch: Any) -> list[Any]:
-        from nsa_policy.engines.sglang.lint import lint_launch
-
-        return lint_launch(checker, launch)
+    lint_module = "nsa_policy.engines.sglang.lint"  # its launch_start, parse_cli, lint_launch, image_pins
 
     def launch_cli(self, argv: list[str], **kwargs: Any) -> bool:
         return False  # commands/launch.py's own path: respelling per release, the engine's view, exec
 
-    def image_pins(self) -> tuple[tuple[str, str], ...]:
-        from nsa_policy.engines.sglang.lint import image_pins
-
-        return image_pins()
 
 
 ENGINE = SglangEngine()

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 
 from nsa_policy.integration import plugin_common as pc
 
-LOGGER = logging.getLogger("nsa_policy.plugin.sglang")
+LOGGER = logging.getLogger(__name__)  # nsa_policy.engines.sglang.plugin
 STEP = "handle_model_specific_adjustments"
 SOURCE = "nsa_policy.plugin"  # the declaration source sglang records for our writes
 # decision output → sglang field (0.5.13+ spelling; 0.5.12 spells the backends nsa_*)
@@ -45,7 +45,7 @@ _registered: list[str] = []
 
 def _quiet_logger() -> logging.Logger:
     """apply() logs its own record; the plugin logs one line of its own instead (audit writes a copy)."""
-    quiet = logging.getLogger("nsa_policy.plugin.sglang.apply")
+    quiet = logging.getLogger(f"{__name__}.apply")
     quiet.propagate = False
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())

@@ -131,29 +131,10 @@ class VllmEngine(Engine):
 
         return matrix_cli(out_dir, policy, fmt, image)
 
-    # ------------------------------------------------------------------ launch and lint (engines/vllm/lint.py)
-    def launch_start(self, words: Sequence[str]) -> Optional[int]:
-        from nsa_policy.engines.vllm.lint import launch_start
-
-        return launch_start(words)
-
-    def parse_cli(self, tokens: Sequence[Any]) -> Any:
-        from nsa_policy.engines.vllm.lint import parse_cli
-
-        return parse_cli(tokens)
-
-    def lint_launch(self, checker: Any, launch: Any) -> list[Any]:
-        from nsa_policy.engines.vllm.lint import lint_launch
-
-        return lint_launch(checker, launch)
+    lint_module = "nsa_policy.engines.vllm.lint"  # its launch_start, parse_cli, lint_launch, image_pins
 
     def launch_cli(self, argv: list[str], **kwargs: Any) -> bool:
         return False  # commands/launch.py's own path: respelling per release, the engine's view, exec
-
-    def image_pins(self) -> tuple[tuple[str, str], ...]:
-        from nsa_policy.engines.vllm.lint import image_pins
-
-        return image_pins()
 
 
 def _compile_first_valid(out: str, arg: Any, err: Any) -> Any:

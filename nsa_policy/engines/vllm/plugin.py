@@ -27,12 +27,12 @@ from typing import Any, Optional
 
 from nsa_policy.integration import plugin_common as pc
 
-LOGGER = logging.getLogger("nsa_policy.plugin.vllm")
+LOGGER = logging.getLogger(__name__)  # nsa_policy.engines.vllm.plugin
 MARK = "__nsa_policy_wrapped__"
 
 
 def _quiet_logger() -> logging.Logger:
-    quiet = logging.getLogger("nsa_policy.plugin.vllm.apply")
+    quiet = logging.getLogger(f"{__name__}.apply")
     quiet.propagate = False
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())
