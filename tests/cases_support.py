@@ -48,7 +48,7 @@ def load_cases() -> list[tuple[str, dict]]:
 
 
 def _cli_flags() -> tuple[dict[str, str], dict[str, str]]:
-    """Case input key (a ServingConfig field) → resolve's flag, from the argument registry: valued, switches."""
+    """Case input key (a ServingConfig field or one of its aliases) → resolve's flag, from the argument registry: valued, switches."""
     from nsa_policy.engines.sglang.args import load_args
 
     reg = load_args()
@@ -57,6 +57,11 @@ def _cli_flags() -> tuple[dict[str, str], dict[str, str]]:
         if arg.field is None or arg.field == "model_path":
             continue
         (switches if arg.type == "bool" else valued)[arg.field] = reg.cli_flags(arg.name)[0]
+    # the case vocabulary's other names for a field (nsa_prefill_backend for prefill_backend)
+    for alias, field in reg.field_aliases().items():
+        for table in (valued, switches):
+            if field in table:
+                table.setdefault(alias, table[field])
     return valued, switches
 
 

@@ -107,8 +107,10 @@ class ServingConfig(Frozen):
 
     model_path: Optional[str] = None
     kv_cache_dtype: Optional[str] = Field(default=None, description="auto, bfloat16, bf16 (alias), fp8_e4m3")
-    nsa_prefill_backend: Optional[str] = None
-    nsa_decode_backend: Optional[str] = None
+    # the engine-neutral names; each engine's spellings (sglang's nsa_*/dsa_* attributes and flags,
+    # its releases judging them) are aliases in the engine's argument registry
+    prefill_backend: Optional[str] = Field(default=None, description="the prefill kernel backend")
+    decode_backend: Optional[str] = Field(default=None, description="the decode kernel backend")
     tp_size: Optional[int] = Field(default=None, ge=1, description="unset: dp_size with DP attention, else 1")
     dp_size: int = Field(default=1, ge=1)
     enable_dp_attention: bool = False

@@ -232,11 +232,11 @@ def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactN
         "derived.attn_tp_size": x.attn_tp_size, "derived.heads_per_rank": x.heads_per_rank,
         "derived.tp_divisible": (effective_tp_size(c) % c.dp_size == 0) if c.enable_dp_attention else True,
         "derived.heads_divisible": (m.num_attention_heads % x.attn_tp_size == 0) if m.num_attention_heads else True,
-        "input.prefill_backend_known": c.nsa_prefill_backend is None or c.nsa_prefill_backend in names,
-        "input.decode_backend_known": c.nsa_decode_backend is None or c.nsa_decode_backend in names,
+        "input.prefill_backend_known": c.prefill_backend is None or c.prefill_backend in names,
+        "input.decode_backend_known": c.decode_backend is None or c.decode_backend in names,
         "input.threshold": threshold, "input.threshold_source": source,
         "input.dsa_flags_set": c.enable_hisparse or any(v is not None for v in (
-            c.nsa_prefill_backend, c.nsa_decode_backend, c.dense_attn_kv_len_threshold)),
+            c.prefill_backend, c.decode_backend, c.dense_attn_kv_len_threshold)),
         "input.spellings": facts.spellings,
     })
     return ns

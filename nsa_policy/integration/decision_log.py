@@ -10,6 +10,7 @@ Lines are appended with one `write` on a file opened O_APPEND, so processes shar
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -107,9 +108,29 @@ def append_decision(path: Union[str, os.PathLike[str]], decision: Decision, *, o
     return entry
 
 
+# Input names earlier releases of nsa-policy logged (sglang's old spelling was the canonical field)
+LEGACY_CONFIG_NAMES = {"nsa_prefill_backend": "prefill_backend", "nsa_decode_backend": "decode_backend"}
+
+
+def _upgrade(line: str) -> str:
+    """A line logged under the legacy input names, read under today's (the log format is unchanged)."""
+    if not any(f'"{k}"' in line for k in LEGACY_CONFIG_NAMES):
+        return line
+    try:
+        data = json.loads(line)
+        config = data["decision"]["inputs"]["config"]
+    except (ValueError, KeyError, TypeError):
+        return line  # not this shape: validation says what is wrong
+    if isinstance(config, dict):
+        for old, new in LEGACY_CONFIG_NAMES.items():
+            if old in config and new not in config:
+                config[new] = config.pop(old)
+    return json.dumps(data)
+
+
 def parse_entry(line: str, where: str = "decision log") -> DecisionLogEntry:
     try:
-        return DecisionLogEntry.model_validate_json(line)
+        return DecisionLogEntry.model_validate_json(_upgrade(line))
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "line"

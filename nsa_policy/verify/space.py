@@ -495,7 +495,7 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
     names = catalog.backend_names
 
     def side(phase: str, choices: Sequence[Optional[str]]) -> Dim:
-        key = f"nsa_{phase}_backend"
+        key = f"{phase}_backend"
         return Dim(phase, tuple(cfg_value("unset") if c is None else cfg_value(c, **{key: c}) for c in choices))
 
     all_choices = [None] + names

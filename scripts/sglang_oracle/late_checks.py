@@ -212,7 +212,7 @@ def _facts(inp: dict[str, Any]) -> Any:
     cfg: dict[str, Any] = {"tp_size": inp["tp"]}
     if inp["dp_attention"]:
         cfg.update(dp_size=inp["tp"], enable_dp_attention=True)
-    for key, field in (("kv", "kv_cache_dtype"), ("prefill", "nsa_prefill_backend"), ("decode", "nsa_decode_backend"),
+    for key, field in (("kv", "kv_cache_dtype"), ("prefill", "prefill_backend"), ("decode", "decode_backend"),
                        ("paged_mqa", "dsa_paged_mqa_logits_backend")):
         if inp[key] is not None:
             cfg[field] = inp[key]

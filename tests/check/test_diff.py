@@ -20,7 +20,7 @@ def test_removed_128k_override(sglang_diff):
     from nsa_policy.verify.diff import region_of
 
     assert region_of(c, sglang_diff.dimensions)["prefill"] == ["trtllm"]
-    assert c.example["input"]["nsa_prefill_backend"] == "trtllm"
+    assert c.example["input"]["prefill_backend"] == "trtllm"
     [gone] = classes(sglang_diff, "code-removed", "NSA306")
     assert gone.rules == {"sglang.threshold.128k-override"}
 

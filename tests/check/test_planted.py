@@ -121,7 +121,7 @@ stage: backends
 rules:
   - id: planted.misspelt
     description: A misspelt device class and backend make a rule silently dead.
-    when: {device.class: sm9O, config.nsa_decode_backend: flashmla-kv}
+    when: {device.class: sm9O, config.decode_backend: flashmla-kv}
     set: {prefill_backend: tilelang}
     wins_over: [planted.nothing-like-this]
 """}, source=False)

@@ -88,7 +88,7 @@ def test_json_schema_export() -> None:
     schemas = json.loads(out.stdout)
     assert set(schemas) == {"device", "model", "config", "facts", "decision"}
     assert schemas["config"]["additionalProperties"] is False
-    assert "nsa_prefill_backend" in schemas["config"]["properties"]
+    assert "prefill_backend" in schemas["config"]["properties"]
 
 
 def test_policy_path_never_imports_torch_or_flashinfer(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def test_unknown_backend_is_a_policy_error_with_closest_name() -> None:
         resolve({"nsa_decode_backend": "flashmla-kv"}, device="h200", model=DS, env={})
     [err] = exc.value.decision.errors
     assert err.code == "NSA002" and "did you mean 'flashmla_kv'" in err.message
-    assert "flashmla_kv" in err.alternatives and err.fields == ("nsa_decode_backend",)
+    assert "flashmla_kv" in err.alternatives and err.fields == ("decode_backend",)
 
 
 def test_bad_kv_dtype_names_valid_values() -> None:

@@ -92,3 +92,24 @@ def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         read_decision_log(log)
     assert exc.value.field == f"{log}:3" and "decision.policy" in str(exc.value)
+
+
+def test_a_line_logged_under_the_legacy_input_names_still_reads(tmp_path):
+    """Logs written while the canonical field was sglang's old spelling (nsa_prefill_backend) stay readable."""
+    import json
+
+    import nsa_policy
+    from nsa_policy.integration.decision_log import append_decision, read_decision_log
+
+    d = nsa_policy.resolve({"prefill_backend": "flashmla_sparse"}, device="h200", model="deepseek-ai/DeepSeek-V3.2",
+                           env={})
+    log = tmp_path / "d.jsonl"
+    append_decision(log, d)
+    data = json.loads(log.read_text())
+    config = data["decision"]["inputs"]["config"]
+    config["nsa_prefill_backend"] = config.pop("prefill_backend")
+    config["nsa_decode_backend"] = config.pop("decode_backend")
+    log.write_text(json.dumps(data) + "\n")
+    (entry,) = read_decision_log(log)
+    assert entry.decision.inputs.config.prefill_backend == "flashmla_sparse"
+    assert entry.decision.inputs.config.decode_backend is None

@@ -51,12 +51,27 @@ def test_library_mapping_in_flag_form_is_judged(key: str) -> None:
     with pytest.raises(nsa_policy.PolicyError) as exc:
         nsa_policy.resolve({key: "flashmla_kv"}, device="h200", model=V32, policy="sglang-0.5.22", env={})
     assert codes(exc.value.decision, "errors") == ["NSA319"]
-    ok = nsa_policy.resolve({"nsa_prefill_backend": "flashmla_kv"}, device="h200", model=V32,
-                            policy="sglang-0.5.22", env={})  # a field name: nsa-policy's own vocabulary
+    ok = nsa_policy.resolve({"prefill_backend": "flashmla_kv"}, device="h200", model=V32,
+                            policy="sglang-0.5.22", env={})  # nsa-policy's own, engine-neutral name
     assert ok.prefill_backend == "flashmla_kv" and "NSA319" not in codes(ok, "errors")
-    told = nsa_policy.resolve({"nsa_prefill_backend": "flashmla_kv"}, device="h200", model=V32, env={},
+    told = nsa_policy.resolve({"prefill_backend": "flashmla_kv"}, device="h200", model=V32, env={},
                               policy="sglang-0.5.22", raise_on_error=False, spellings=("--nsa-prefill-backend",))
     assert codes(told, "errors") == ["NSA319"]
+
+
+@pytest.mark.parametrize("policy,refused", [("sglang-0.5.23", True), ("sglang-0.5.10", False), ("default", False)])
+def test_a_mapping_holding_an_sglang_attribute_is_judged_as_the_release_judges_it(policy: str, refused: bool) -> None:
+    """nsa_prefill_backend is sglang's attribute up to 0.5.12.post1: 0.5.23 has none, 0.5.10 holds it."""
+    d = nsa_policy.resolve({"nsa_prefill_backend": "flashmla_sparse"}, device="h200", model=V32, env={},
+                           policy=policy, raise_on_error=False)
+    assert ("NSA319" in codes(d, "errors")) is refused
+    assert d.inputs.config.prefill_backend == "flashmla_sparse"
+    if refused:
+        assert "nsa_prefill_backend (attribute, removed after sglang 0.5.12.post1; use dsa_prefill_backend)" in \
+            d.errors[0].message
+    same = nsa_policy.resolve({"dsa_prefill_backend": "flashmla_sparse"}, device="h200", model=V32, env={},
+                              policy="sglang-0.5.23", raise_on_error=False)
+    assert "NSA319" not in codes(same, "errors")
 
 
 def test_launch_refuses_a_removed_key_in_a_config_file(tmp_path) -> None:

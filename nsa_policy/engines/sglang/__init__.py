@@ -16,15 +16,15 @@ class SglangEngine(Engine):
     title = "sglang"
     default_bundle = "default"
     # input fields at fault (Finding.fields) → the space dimension that varies them
-    field_dims = {"kv_cache_dtype": "kv_cache_dtype", "nsa_prefill_backend": "prefill", "nsa_decode_backend": "decode",
+    field_dims = {"kv_cache_dtype": "kv_cache_dtype", "prefill_backend": "prefill", "decode_backend": "decode",
                   "tp_size": "parallel", "dp_size": "parallel", "enable_dp_attention": "parallel",
                   "enable_hisparse": "hisparse", "disable_radix_cache": "hisparse", "page_size": "extra",
                   "quantization": "extra", "dense_attn_kv_len_threshold": "threshold"}
     # sglang runs one kernel family for prefill and one for decode
     own_outputs = frozenset({"prefill_backend", "decode_backend"})
     # (output, config field, the flag that sets it): explicit values are outputs from the start
-    _SEEDS = (("prefill_backend", "nsa_prefill_backend", "--nsa-prefill-backend"),
-              ("decode_backend", "nsa_decode_backend", "--nsa-decode-backend"),
+    _SEEDS = (("prefill_backend", "prefill_backend", "--nsa-prefill-backend"),
+              ("decode_backend", "decode_backend", "--nsa-decode-backend"),
               ("page_size", "page_size", "--page-size"))
 
     oldest_note = " (sglang-pre-21783 is 0.5.10rc0's policy)"

@@ -38,7 +38,7 @@ def sglang_fact(ns: Any, what: str) -> Any:
         raise KeyError(f"sglang.{what}")
     kind, release, which = parsed
     if kind == "lists":
-        backend = ns[f"config.nsa_{which}_backend"]
+        backend = ns[f"config.{which}_backend"]
         if backend is None or backend not in ns.catalog.backends:
             return None
         return ns.catalog.sglang_lists(backend, which, release)

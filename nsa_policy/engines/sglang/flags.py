@@ -19,7 +19,7 @@ from nsa_policy.core.facts import ServingConfig
 from nsa_policy.engines.sglang.args import ArgRegistry, load_args
 from nsa_policy.engines.sglang.config import FIELD_ALIASES
 
-_DSA_FIELDS = frozenset({"kv_cache_dtype", "nsa_prefill_backend", "nsa_decode_backend", "enable_hisparse",
+_DSA_FIELDS = frozenset({"kv_cache_dtype", "prefill_backend", "decode_backend", "enable_hisparse",
                          "dense_attn_kv_len_threshold"})
 
 

@@ -74,7 +74,7 @@ def _user_choices_kept(decision: Decision, facts: Facts, catalog: Catalog) -> It
     if kv in KV_DTYPES:
         wanted["kv_cache_dtype"] = kv
     for phase in ("prefill", "decode"):
-        name = getattr(cfg, f"nsa_{phase}_backend")
+        name = getattr(cfg, f"{phase}_backend")
         if name in catalog.backends:
             wanted[f"{phase}_backend"] = name
     if cfg.page_size is not None:

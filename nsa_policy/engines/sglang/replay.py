@@ -134,8 +134,8 @@ def layout_width(release: str, item: Mapping[str, Any]) -> Optional[int]:
     compares it with the release's own calculate_mla_kv_cache_dim; tests/check replays the recorded answers."""
     from nsa_policy.api import build_facts, decide
 
-    facts = build_facts({"kv_cache_dtype": item["kv"], "nsa_prefill_backend": item["prefill"],
-                         "nsa_decode_backend": item["decode"]}, device="mi300x" if item["hip"] else "h200",
+    facts = build_facts({"kv_cache_dtype": item["kv"], "prefill_backend": item["prefill"],
+                         "decode_backend": item["decode"]}, device="mi300x" if item["hip"] else "h200",
                         model="deepseek-ai/DeepSeek-V3.2", env={}, packages={})
     layout = decide(facts, f"sglang-{release}", trace=False).kv_cache_layout
     return LAYOUT_WIDTH.get(layout) if layout else None

@@ -109,7 +109,7 @@ class VllmEngine(Engine):
 
         v = load_vllm()
         vkv = list(v.argument("kv_cache_dtype").choices or ())
-        for key in ("config.nsa_prefill_backend", "config.nsa_decode_backend", "out.prefill_backend",
+        for key in ("config.prefill_backend", "config.decode_backend", "out.prefill_backend",
                     "out.decode_backend", "cap.prefill.status", "cap.decode.status"):
             domains.pop(key, None)
         domains.update({
