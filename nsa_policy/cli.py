@@ -103,9 +103,12 @@ class _Commands(TyperGroup):
             raise typer.Exit(EXIT_INTERNAL) from None
 
 
-app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Decide, explain and check how a serving engine runs DeepSeek Sparse Attention (DSA/NSA). "
-                       + EXIT_CODES_HELP)
+def _new_app() -> typer.Typer:
+    app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="Decide, explain and check how a serving engine runs DeepSeek Sparse Attention (DSA/NSA). "
+                           + EXIT_CODES_HELP)
+    app.callback()(_root)
+    return app
 
 
 def _version(value: bool) -> None:
@@ -114,7 +117,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
-@app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit."),
           debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error (exit 3).")) -> None:
@@ -122,17 +124,54 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
         _DEBUG["on"] = True
 
 
-def _register_commands() -> None:
+_FULL: dict[str, typer.Typer] = {}
+
+
+def full_app() -> typer.Typer:
+    """The application with every command (help, completion, tests)."""
+    if "app" not in _FULL:
+        from nsa_policy import commands
+
+        app = _new_app()
+        commands.register(app)
+        _FULL["app"] = app
+    return _FULL["app"]
+
+
+def _command_of(argv: Sequence[str]) -> Optional[str]:
+    """The command a command line runs: the first word after the root's flags (which take no value)."""
+    for word in argv:
+        if word.startswith("-"):
+            if word in ("--version", "--help", "-h"):
+                return None
+            continue
+        return word
+    return None
+
+
+def app_for(argv: Sequence[str]) -> typer.Typer:
+    """Only the command this command line runs, when its module is named after it (resolve, lint,
+    launch, bench, test); the full application otherwise, so help and errors are as always."""
     from nsa_policy import commands
 
-    commands.register(app)
+    name = _command_of(argv)
+    if name is None or name not in commands.modules():
+        return full_app()
+    app = _new_app()
+    commands.register(app, only=name)
+    if not any(info.name == name for info in app.registered_commands):
+        return full_app()
+    return app
 
 
-_register_commands()
+def __getattr__(name: str) -> Any:
+    if name == "app":  # `from nsa_policy.cli import app`: every command, built on first use
+        return full_app()
+    raise AttributeError(f"module 'nsa_policy.cli' has no attribute {name!r}")
 
 
 def main() -> None:
-    app()
+    app_for(sys.argv[1:])()
 
 
 if __name__ == "__main__":

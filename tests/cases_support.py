@@ -48,7 +48,8 @@ def load_cases() -> list[tuple[str, dict]]:
 
 
 def _cli_flags() -> tuple[dict[str, str], dict[str, str]]:
-    """Case input key (a ServingConfig field or one of its aliases) → resolve's flag, from the argument registry: valued, switches."""
+    """Case input key (a ServingConfig field or one of its aliases) → resolve's flag, from the argument
+    registry: valued, switches."""
     from nsa_policy.engines.sglang.args import load_args
 
     reg = load_args()

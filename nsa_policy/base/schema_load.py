@@ -32,5 +32,20 @@ def validate_doc(schema: type[M], data: Any, path: Path | str) -> M:
 
 
 def load_doc(schema: type[M], path: Path) -> tuple[M, Any]:
+    """The validated document and its line-tracked data. A shipped file's result comes from its
+    snapshot when the file and the code are unchanged (base/snapshot.py): the same objects, unparsed."""
+    from nsa_policy.base import snapshot
+
+    if snapshot.enabled(path):
+        try:
+            raw = Path(path).read_bytes()
+        except OSError:
+            raw = None
+        if raw is not None:
+            return snapshot.cached(path, raw, schema, lambda: _parse(schema, path))
+    return _parse(schema, path)
+
+
+def _parse(schema: type[M], path: Path) -> tuple[M, Any]:
     data = load_yaml(path)
     return validate_doc(schema, data, path), data

@@ -13,7 +13,7 @@ from nsa_policy.base.schema_load import load_doc
 
 
 class CodeDoc(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     name: str
     level: Literal["error", "warning", "info"]
     summary: str
@@ -24,7 +24,7 @@ class CodeDoc(BaseModel):
 
 
 class CodeRegistry(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     codes: dict[str, CodeDoc]
 
     @field_validator("codes")

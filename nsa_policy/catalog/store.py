@@ -29,7 +29,7 @@ KvLayout = Literal["bf16-576", "fp8-576-per-tensor", "fp8-656-blockwise"]
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class DeviceClassSpec(_Spec):

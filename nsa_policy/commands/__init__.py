@@ -9,11 +9,17 @@ import importlib
 import pkgutil
 
 
-def register(app) -> None:
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+def modules() -> list[str]:
+    return [m.name for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name) if not m.name.startswith("_")]
+
+
+def register(app, only: str | None = None) -> None:
+    """Register every command, or only the module named `only` (a command's own module: the CLI
+    builds just the command it runs, since building all of them costs a cold start ~30 ms)."""
+    for name in modules():
+        if only is not None and name != only:
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        module = importlib.import_module(f"{__name__}.{name}")
         hook = getattr(module, "register", None)
         if hook is not None:
             hook(app)

@@ -37,8 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nsa_policy.base.errors import InputError, NsaPolicyError, RuleFileError, closest
 from nsa_policy.base.paths import policy_dir
-from nsa_policy.base.schema_load import validate_doc
-from nsa_policy.base.yaml_lines import line_of, load_yaml
+from nsa_policy.base.schema_load import load_doc
+from nsa_policy.base.yaml_lines import line_of
 from nsa_policy.catalog.codes import CodeRegistry, load_codes
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
 from nsa_policy.core.alternatives import ANY_PACKAGE, Alternatives, compile_alternatives
@@ -52,7 +52,7 @@ BUNDLE_FILE = "bundle.yaml"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class EmitSpec(_Strict):
@@ -465,7 +465,7 @@ class _Loader:
         """Return the bundle header, stage → ordered rule list of (RuleSpec, data, path), files read."""
         folder = bundle_path(name_or_dir)
         head_path = folder / BUNDLE_FILE
-        head = validate_doc(BundleFile, load_yaml(head_path), head_path)
+        head, _ = load_doc(BundleFile, head_path)
         key = str(folder.resolve())
         if key in seen:
             raise RuleFileError(str(head_path), None, f"extends cycle: {' → '.join(seen + (key,))}")
@@ -486,8 +486,7 @@ class _Loader:
         for path in sorted(folder.glob("*.yaml")):
             if path.name == BUNDLE_FILE:
                 continue
-            data = load_yaml(path)
-            doc = validate_doc(StageFile, data, path)
+            doc, data = load_doc(StageFile, path)
             files.append(path)
             rules = stages[doc.stage]
             for rid in doc.drop:
@@ -669,7 +668,7 @@ def compile_bundle(name_or_dir: str, catalog: Optional[Catalog] = None, codes: O
 
 def _is_abstract(name: str) -> bool:
     path = bundle_path(name) / BUNDLE_FILE
-    head = validate_doc(BundleFile, load_yaml(path), path)
+    head, _ = load_doc(BundleFile, path)
     return head.abstract
 
 

@@ -234,14 +234,18 @@ class Engine:
     def is_launch_command(self, argv: Sequence[str]) -> bool:
         return self.launch_start(list(argv)) is not None
 
-    def launch_cli(self, argv: list[str], **kwargs: Any) -> bool:
-        """`nsa-policy launch` for this engine's command (True: handled; it prints or execs). By default
+    # the `nsa-policy launch` option naming the release a command starts (None: the engine has none)
+    launch_version_flag: Optional[str] = None
+
+    def launch_cli(self, argv: list[str], *, policy: str, device: str, model: Optional[str], version: Optional[str],
+                   dry_run: bool, as_json: bool, log_decisions: Optional[str] = None) -> None:
+        """`nsa-policy launch` for this engine's command: print the plan (--dry-run) or exec it. By default
         the engine's arguments are read through `arguments` and the decided outputs the command leaves
-        unset are appended as its flags; the built-ins keep the command's own sglang and vLLM paths."""
+        unset are appended as its flags; sglang and vLLM respell per release in their own packages."""
         from nsa_policy.integration.generic_launch import launch_cli
 
-        launch_cli(self, argv, **kwargs)
-        return True
+        launch_cli(self, argv, policy=policy, device=device, model=model, dry_run=dry_run, as_json=as_json,
+                   log_decisions=log_decisions)
 
     def matrix_cli(self, out_dir: Optional[Path], policy: str, fmt: str, image: Optional[str]) -> bool:
         """`matrix` for this engine when it has its own view (True: printed or written); the default

@@ -87,7 +87,7 @@ def plan_generic(engine: Engine, argv: list[str], *, policy: str = "default", de
 
 
 def launch_cli(engine: Engine, argv: list[str], *, policy: str, device: str, model: Optional[str],
-               dry_run: bool, as_json: bool) -> None:
+               dry_run: bool, as_json: bool, log_decisions: Optional[str] = None) -> None:
     """`nsa-policy launch -- <engine's command>`: print the plan (dry run) or exec the command."""
     import json
     import os
@@ -96,17 +96,27 @@ def launch_cli(engine: Engine, argv: list[str], *, policy: str, device: str, mod
 
     import typer
 
-    from nsa_policy.commands._common import EXIT_OK, EXIT_REJECTED, EXIT_USAGE, fail_usage
+    from nsa_policy.base.errors import NsaPolicyError
+    from nsa_policy.commands._common import EXIT_OK, exec_or_fail, fail_usage, log_quietly, rejected_exit
+    from nsa_policy.integration.decision_log import append_decision, check_log_path
 
     try:
+        if log_decisions:  # before any work: a log that can never be appended to is bad input
+            check_log_path(log_decisions)
         plan = plan_generic(engine, argv, policy=policy, device=device, model=model, env=os.environ)
     except PolicyError as exc:
-        print(str(exc), file=sys.stderr)
-        if as_json:
-            print(json.dumps({"rejected": True, "decision": exc.decision.model_dump(mode="json")}))
-        raise typer.Exit(EXIT_REJECTED) from None
+        if log_decisions:
+            log_quietly(log_decisions, exc.decision, origin="cli.launch")
+        raise rejected_exit(exc, as_json) from None
     except (InputError, ValueError) as exc:
         raise fail_usage(InputError("command", " ".join(argv[:2]), hint=str(exc)), as_json) from None
+    except NsaPolicyError as exc:
+        raise fail_usage(exc, as_json) from None
+    if log_decisions:
+        try:
+            append_decision(log_decisions, plan.decision, origin="cli.launch")
+        except NsaPolicyError as exc:
+            raise fail_usage(exc, as_json) from None
     print(f"nsa-policy launch: target {engine.title} ({plan.decision.policy})", file=sys.stderr)
     print("nsa-policy launch: " + (("adding " + " ".join(plan.added_flags)) if plan.added_flags else "no flag to add"),
           file=sys.stderr)
@@ -120,10 +130,4 @@ def launch_cli(engine: Engine, argv: list[str], *, policy: str, device: str, mod
         else:
             print(shlex.join(plan.argv))
         raise typer.Exit(EXIT_OK)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(plan.argv[0], list(plan.argv))
-    except OSError as exc:
-        print(f"nsa-policy: error: cannot run {plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
-        raise typer.Exit(EXIT_USAGE) from None
+    exec_or_fail(plan.argv[0], lambda: os.execvp(plan.argv[0], list(plan.argv)))

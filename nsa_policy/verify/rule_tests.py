@@ -49,7 +49,7 @@ EXPECT_KEYS = OUTPUT_KEYS + FLAG_KEYS + tuple(CODE_KEYS) + ("rules",)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid", defer_build=True)
 
 
 class CaseSpec(_Strict):

@@ -104,8 +104,12 @@ class SglangEngine(Engine):
 
     lint_module = "nsa_policy.engines.sglang.lint"  # its launch_start, parse_cli, lint_launch, image_pins
 
-    def launch_cli(self, argv: list[str], **kwargs: Any) -> bool:
-        return False  # commands/launch.py's own path: respelling per release, the engine's view, exec
+    launch_version_flag = "--sglang-version"
+
+    def launch_cli(self, argv: list[str], **kwargs: Any) -> None:
+        from nsa_policy.engines.sglang.launch_cli import launch_cli
+
+        launch_cli(argv, **kwargs)
 
 
 

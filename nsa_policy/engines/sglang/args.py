@@ -32,7 +32,7 @@ SpellingStatus = Literal["canonical", "deprecated", "removed", "not-yet", "nsa-p
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid", defer_build=True)
 
 
 class _Ranged(_Spec):

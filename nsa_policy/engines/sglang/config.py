@@ -63,7 +63,8 @@ def spellings_from(obj: Any) -> tuple[str, ...]:
 def config_from(obj: Any) -> ServingConfig:
     """A ServingConfig from a ServingConfig, a mapping, or any object with sglang's attribute names.
 
-    A mapping's keys are field or attribute names (prefill_backend; sglang's nsa_prefill_backend, dsa_prefill_backend), or sglang's
+    A mapping's keys are field or attribute names (prefill_backend; sglang's nsa_prefill_backend,
+    dsa_prefill_backend), or sglang's
     flags as a --config file spells them (nsa-prefill-backend, --dsa-prefill-backend); the flags of
     arguments the policy does not read are accepted and not used."""
     if obj is None:

@@ -133,8 +133,12 @@ class VllmEngine(Engine):
 
     lint_module = "nsa_policy.engines.vllm.lint"  # its launch_start, parse_cli, lint_launch, image_pins
 
-    def launch_cli(self, argv: list[str], **kwargs: Any) -> bool:
-        return False  # commands/launch.py's own path: respelling per release, the engine's view, exec
+    launch_version_flag = "--vllm-version"
+
+    def launch_cli(self, argv: list[str], **kwargs: Any) -> None:
+        from nsa_policy.engines.vllm.cli import launch_cli
+
+        launch_cli(argv, **kwargs)
 
 
 def _compile_first_valid(out: str, arg: Any, err: Any) -> Any:

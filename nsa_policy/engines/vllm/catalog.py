@@ -35,7 +35,7 @@ Tup = Annotated[tuple[T, ...], BeforeValidator(_as_tuple)]
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid", defer_build=True)
 
 
 class CombinationCheck(_Spec):
@@ -48,7 +48,7 @@ class KvRewrite(_Spec):
     except_: Tup[str] = Field(default=(), alias="except")
     to: str
 
-    model_config = ConfigDict(frozen=True, strict=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid", populate_by_name=True, defer_build=True)
 
     def applies(self, kv: str) -> bool:
         if kv in self.except_:

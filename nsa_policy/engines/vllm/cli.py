@@ -91,3 +91,47 @@ def matrix_cli(out_dir: Optional[Path], policy: str, fmt: str, image: Optional[s
         raise fail_usage(exc, as_json) from None
     print(json.dumps(data) if as_json else render_vllm_markdown(data), end="\n" if as_json else "")
     return True
+
+
+def launch_cli(argv: list[str], *, policy: str, device: str, model: Optional[str], version: Optional[str],
+               dry_run: bool, as_json: bool, log_decisions: Optional[str] = None) -> None:
+    """`launch -- vllm serve …`: resolve with a vLLM bundle, add the flags the target vLLM release reads, exec."""
+    import sys
+
+    from nsa_policy.base.errors import PolicyError
+    from nsa_policy.commands._common import exec_or_fail, log_quietly, rejected_exit
+    from nsa_policy.commands._render import render_table
+    from nsa_policy.engines.vllm.launch import plan_vllm_launch
+    from nsa_policy.integration.decision_log import append_decision, check_log_path
+
+    try:
+        if log_decisions:  # before any work: a log that can never be appended to is bad input
+            check_log_path(log_decisions)
+        plan = plan_vllm_launch(argv, policy=policy, device=device, model=model, env=os.environ,
+                                vllm_version=version)
+    except PolicyError as exc:
+        if log_decisions:
+            log_quietly(log_decisions, exc.decision, origin="cli.launch")
+        raise rejected_exit(exc, as_json) from None
+    except (NsaPolicyError, DeviceDiscoveryError) as exc:
+        raise fail_usage(exc, as_json) from None
+    if log_decisions:
+        try:
+            append_decision(log_decisions, plan.decision, origin="cli.launch")
+        except NsaPolicyError as exc:
+            raise fail_usage(exc, as_json) from None
+    print(f"nsa-policy launch: target {plan.release_why} ({plan.decision.policy})", file=sys.stderr)
+    print(render_table(plan.decision), file=sys.stderr)
+    print("nsa-policy launch: " + (("adding " + ", ".join(plan.added_flags)) if plan.added_flags else "no flag to add"),
+          file=sys.stderr)
+    for note in plan.notes:
+        print(f"nsa-policy launch: note: {note}", file=sys.stderr)
+    if dry_run:
+        if as_json:
+            print(json.dumps({"argv": plan.argv, "added_flags": plan.added_flags, "command": plan.shell_line(),
+                              "engine": "vllm", "vllm": plan.release, "notes": plan.notes,
+                              "decision": plan.decision.model_dump(mode="json")}))
+        else:
+            print(plan.shell_line())
+        raise typer.Exit(EXIT_OK)
+    exec_or_fail(plan.argv[0], lambda: os.execvp(plan.argv[0], plan.argv))  # pragma: no cover - replaces the process
