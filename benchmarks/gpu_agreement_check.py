@@ -43,8 +43,8 @@ def worker(a: argparse.Namespace) -> None:
         import torch.distributed as dist
 
         from nsa_policy.catalog.store import load_catalog
+        from nsa_policy.engines.sglang.startup import apply
         from nsa_policy.integration.distributed import DisagreementError, ensure_agreement
-        from nsa_policy.integration.startup import apply
 
         device_arg: object = a.device
         if a.backend == "nccl":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any, Mapping, Optional
 
 from nsa_policy.base.errors import PolicyError
@@ -10,7 +11,7 @@ from nsa_policy.catalog.store import load_catalog
 from nsa_policy.core.bundle import bundle_for_engine, get_bundle
 from nsa_policy.core.decision import Decision
 from nsa_policy.core.evaluator import evaluate
-from nsa_policy.core.facts import THRESHOLD_ENV_VARS, DeviceFacts, Facts, ModelFacts, ServingConfig, derive
+from nsa_policy.core.facts import DeviceFacts, Facts, ModelFacts, ServingConfig, derive
 from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from, spellings_from
 from nsa_policy.integration.discovery import is_auto
 
@@ -77,6 +78,14 @@ def _freeze(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
+@lru_cache(maxsize=1)
+def _env_names() -> tuple[str, ...]:
+    """Every variable an engine's start-up reads: a decision depends on all of them (not only the threshold)."""
+    from nsa_policy import engines
+
+    return tuple(dict.fromkeys(name for e in engines.every() for name in e.env_variables()))
+
+
 def _memo_key(config: Any, device: Any, model: Any, policy: str, env: Optional[Mapping[str, str]],
               packages: Any, trace: bool, spellings: Optional[tuple[str, ...]] = None) -> Optional[tuple]:
     """Decisions are a pure function of the inputs; plain inputs (no paths, no live objects) are memoised."""
@@ -87,7 +96,7 @@ def _memo_key(config: Any, device: Any, model: Any, policy: str, env: Optional[M
     source = os.environ if env is None else env
     try:
         return (policy, trace, _freeze(config), _freeze(device), _freeze(model), _freeze(packages),
-                tuple(source.get(var) for var in THRESHOLD_ENV_VARS), _freeze(spellings))
+                tuple(source.get(var) for var in _env_names()), _freeze(spellings))
     except TypeError:
         return None
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from nsa_policy.base.errors import InputError
 from nsa_policy.catalog.store import Catalog
-from nsa_policy.core.facts import DSA_ENV_VARS, THRESHOLD_ENV_VARS, DeviceFacts, Environment, ModelFacts, ServingConfig
+from nsa_policy.core.facts import DeviceFacts, Environment, ModelFacts, ServingConfig
 from nsa_policy.engines.sglang.args import load_args
 
 CONFIG_FIELDS = tuple(ServingConfig.model_fields)
@@ -57,7 +57,9 @@ def environment_from(env: Optional[Mapping[str, str]] = None, packages: Optional
     env = os.environ if env is None else env
     found: list[tuple[str, int]] = []
     read = None if release is None else load_args().env_var_read("dense_attn_kv_len_threshold", release)
-    names: tuple[str, ...] = THRESHOLD_ENV_VARS if read is None else (read,)
+    from nsa_policy.engines.sglang.env import threshold_env_vars
+
+    names: tuple[str, ...] = threshold_env_vars() if read is None else (read,)
     for var in names:
         raw = env.get(var)
         if raw is None or str(raw).strip() == "":
@@ -72,7 +74,10 @@ def environment_from(env: Optional[Mapping[str, str]] = None, packages: Optional
     # Two names with different values are not an input error: each sglang release reads one of them
     # (its compat bundle says which); the default policy refuses the ambiguity (NSA004).
     first: tuple[Optional[str], Optional[int]] = found[0] if found else (None, None)
-    variables = {name: str(env[name]) for name in DSA_ENV_VARS if env.get(name) is not None}
+    from nsa_policy import engines
+
+    variables = {name: str(env[name]) for e in engines.every() for name in e.env_variables()
+                 if env.get(name) is not None}
     return Environment(dense_attn_kv_len_threshold=first[1], threshold_env_var=first[0], packages=dict(packages or {}),
                        variables=variables)
 

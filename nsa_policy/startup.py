@@ -10,6 +10,7 @@ Everything here is re-exported from the modules that own it; those paths may mov
 """
 from __future__ import annotations
 
+from nsa_policy.engines.sglang.startup import Applied, StartupRejected, apply, explain_rejection
 from nsa_policy.engines.vllm.startup import apply_vllm
 from nsa_policy.integration.decision_log import (
     DecisionLogEntry,
@@ -20,7 +21,6 @@ from nsa_policy.integration.decision_log import (
 )
 from nsa_policy.integration.distributed import Agreement, DisagreementError, ensure_agreement
 from nsa_policy.integration.fleet import FleetReport, resolve_fleet
-from nsa_policy.integration.startup import Applied, StartupRejected, apply, explain_rejection
 
 __all__ = [
     "apply", "apply_vllm", "Applied", "StartupRejected", "explain_rejection",

@@ -21,6 +21,8 @@ from nsa_policy.base.yaml_lines import line_of
 from nsa_policy.core.facts import SCHEMA_NAMES, DeviceFacts, ModelFacts
 
 KV_DTYPES = ("bfloat16", "fp8_e4m3")
+# Other names of the same dtypes: torch's short name, which sglang (0.5.21+) and vLLM accept as --kv-cache-dtype
+KV_DTYPE_ALIASES = {"bf16": "bfloat16"}
 PHASES = ("prefill", "decode")
 Status = Literal["supported", "degraded", "unsupported"]
 Phase = Literal["prefill", "decode"]

@@ -153,32 +153,14 @@ class ServingConfig(Frozen):
         default=False, description="--enable-deterministic-inference: turns --dsa-triton-union off (0.5.22+)")
 
 
-THRESHOLD_ENV_VARS = (
-    "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
-    "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
-)
-
-
-# Other variables sglang's DSA start-up reads (the ROCm page size: aiter's preshuffle paged-MQA path,
-# layers/attention/{nsa,dsa}/utils.py aiter_can_use_preshuffle_paged_mqa, sglang 0.5.12+).
-DSA_ENV_VARS = (
-    "SGLANG_USE_AITER",
-    "SGLANG_NSA_HIP_DISABLE_PRESHUFFLE",
-    "SGLANG_DSA_HIP_DISABLE_PRESHUFFLE",
-    "AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS",
-    # kept as given too: a release reads only one of the two names (SGLANG-RELEASES.md §3.3)
-    "SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
-    "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD",
-)
-
-
 class Environment(Frozen):
     """What the process environment adds: the threshold variables and installed kernel packages."""
 
     dense_attn_kv_len_threshold: Optional[int] = Field(default=None, ge=0)
     threshold_env_var: Optional[str] = Field(default=None, description="which variable set the threshold")
     packages: dict[str, str] = Field(default_factory=dict, description="distribution name → version, never imported")
-    variables: dict[str, str] = Field(default_factory=dict, description="the DSA_ENV_VARS that are set, as given")
+    variables: dict[str, str] = Field(default_factory=dict, description="the variables the engines' DSA start-up reads "
+                                                                     "(Engine.env_variables) that are set, as given")
 
     @field_validator("packages", "variables", mode="after")
     @classmethod

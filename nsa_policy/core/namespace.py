@@ -6,11 +6,11 @@ from the outputs decided so far, so a validation sees the final choice.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from nsa_policy.catalog.store import Catalog
 from nsa_policy.core.decision import OUTPUT_FIELDS
-from nsa_policy.core.facts import DeviceFacts, Environment, Facts, ModelFacts, ServingConfig, effective_tp_size
+from nsa_policy.core.facts import DeviceFacts, Facts, ModelFacts, ServingConfig, effective_tp_size
 
 STATIC_PATHS = frozenset(
     [f"device.{k}" for k in ("name", "class", "vendor", "major", "minor", "product", "memory_gb", "sm_count",
@@ -21,9 +21,6 @@ STATIC_PATHS = frozenset(
                               "qk_rope_head_dim")]
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
-    + [f"env.{k}" for k in ("use_aiter", "aiter_aot_gluon_pa_mqa_logits", "nsa_hip_disable_preshuffle",
-                             "dsa_hip_disable_preshuffle", "nsa_threshold_set", "dsa_threshold_set",
-                             "dsa_threshold", "threshold_conflict")]
     + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
     + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
@@ -42,8 +39,18 @@ def _engine_family(path: str) -> Optional[tuple[Any, str]]:
     return (engines.get(family), what) if family in engines.names() else None
 
 
+@lru_cache(maxsize=1)
+def _engine_env_paths() -> frozenset[str]:
+    """The `env.*` facts the engines read from their own variables (Engine.env_fact_paths)."""
+    from nsa_policy import engines
+
+    return frozenset(p for e in engines.every() for p in e.env_fact_paths())
+
+
 def known_path(path: str) -> bool:
     if path in STATIC_PATHS or path in LAZY_PATHS or path.startswith(LAZY_PREFIXES):
+        return True
+    if path in _engine_env_paths():
         return True
     hit = _engine_family(path)
     return hit is not None and bool(hit[0].known_fact(hit[1]))
@@ -53,7 +60,8 @@ def all_paths() -> list[str]:
     from nsa_policy import engines
 
     own = [p for e in engines.every() for p in e.fact_paths()]
-    return sorted(STATIC_PATHS | LAZY_PATHS | {p for p in own if "<" not in p}) + ["pkg.<distribution>"] + [
+    return sorted(STATIC_PATHS | LAZY_PATHS | _engine_env_paths() | {p for p in own if "<" not in p}) + [
+        "pkg.<distribution>"] + [
         p for p in own if "<" in p]
 
 
@@ -203,6 +211,12 @@ def device_part(d: DeviceFacts, catalog: Optional[Catalog] = None) -> dict[str, 
     return {**_device_part(d), **_catalog_device_part(d, catalog)}
 
 
+def engines_every() -> list[Any]:
+    from nsa_policy import engines
+
+    return list(engines.every())
+
+
 def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactNamespace:
     """The namespace of one evaluation; `engine` (default: the config's) reads config.* in its own names."""
     if engine is None:
@@ -224,7 +238,8 @@ def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactN
     names = catalog.backends
     threshold, source = (c.dense_attn_kv_len_threshold, "flag") if c.dense_attn_kv_len_threshold is not None else (
         (e.dense_attn_kv_len_threshold, "env") if e.dense_attn_kv_len_threshold is not None else (None, None))
-    ns.update(_env_switches(e))
+    for other in engines_every():  # each engine's own variables, as its readers parse them (env.*)
+        ns.update(other.env_facts(e))
     ns.update({
         "env.dense_attn_kv_len_threshold": e.dense_attn_kv_len_threshold,
         "env.threshold_env_var": e.threshold_env_var,
@@ -240,37 +255,6 @@ def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactN
         "input.spellings": facts.spellings,
     })
     return ns
-
-
-def _get_bool_env_var(value: Optional[str]) -> bool:
-    """sglang's utils.common.get_bool_env_var: "true"/"1" (any case) hold; anything else is false."""
-    return value is not None and value.lower() in ("true", "1")
-
-
-def _env_switches(e: Environment) -> dict[str, Optional[Union[bool, int]]]:
-    """The ROCm preshuffle switches, parsed as sglang's readers parse them. dsa_hip_disable_preshuffle is
-    None when the variable is unset (0.5.13-0.5.20 then fall back to the NSA name; 0.5.21+ do not)."""
-    v = e.variables
-    dsa = v.get("SGLANG_DSA_HIP_DISABLE_PRESHUFFLE")
-    nsa, dsa_thr = (_int_env(v.get(f"SGLANG_{p}_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD")) for p in ("NSA", "DSA"))
-    return {
-        "env.use_aiter": _get_bool_env_var(v.get("SGLANG_USE_AITER")),
-        "env.aiter_aot_gluon_pa_mqa_logits": _get_bool_env_var(v.get("AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS")),
-        "env.nsa_hip_disable_preshuffle": _get_bool_env_var(v.get("SGLANG_NSA_HIP_DISABLE_PRESHUFFLE")),
-        # environ.EnvBool: true/1/yes/y hold (false/0/no/n do not; sglang raises on anything else)
-        "env.dsa_hip_disable_preshuffle": None if dsa is None else dsa.lower() in ("true", "1", "yes", "y"),
-        # which threshold names are set (with a value): sglang up to 0.5.12 reads only the NSA one, later only the DSA one
-        "env.nsa_threshold_set": nsa is not None,
-        "env.dsa_threshold_set": dsa_thr is not None,
-        # the DSA name's own value (env.dense_attn_kv_len_threshold is the NSA name's when both are set)
-        "env.dsa_threshold": dsa_thr,
-        "env.threshold_conflict": nsa is not None and dsa_thr is not None and nsa != dsa_thr,
-    }
-
-
-def _int_env(raw: Optional[str]) -> Optional[int]:
-    """A threshold variable's value (environment_from has validated it); None when unset or blank."""
-    return None if raw is None or not raw.strip() else int(raw.strip())
 
 
 def threshold_detail(ns: FactNamespace) -> Optional[str]:

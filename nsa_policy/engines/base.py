@@ -132,6 +132,18 @@ class Engine:
         raw = config.kv_cache_dtype
         return {"config.kv_cache_dtype": raw if raw is not None else "auto"}
 
+    def env_variables(self) -> tuple[str, ...]:
+        """The process environment variables this engine's DSA start-up reads (kept as given in the facts)."""
+        return ()
+
+    def env_fact_paths(self) -> tuple[str, ...]:
+        """The `env.*` facts `env_facts` computes (known to rule validation)."""
+        return ()
+
+    def env_facts(self, env: Any) -> dict[str, Any]:
+        """`env.*` facts from the environment's variables, parsed as this engine parses them."""
+        return {}
+
     def fact_paths(self) -> tuple[str, ...]:
         """The facts of this engine's family (`<name>.<what>`), for `schema` and rule validation."""
         return ()
@@ -200,7 +212,19 @@ class Engine:
             return None
         import importlib
 
-        return getattr(importlib.import_module(self.lint_module), name)
+        return getattr(importlib.import_module(self.lint_module), name, None)
+
+    def server_image(self, image: str) -> bool:
+        """Whether a container image's own ENTRYPOINT is this engine's server (so a container that keeps
+        it passes its `args`/`command` to the server): lint reads those as a launch of this engine."""
+        own = self._lint("server_image")
+        return bool(own(image)) if own is not None else False
+
+    def config_launch(self, node: Any, keys: Sequence[str], path: str, loc: Any) -> Any:
+        """A config-file mapping this engine's server reads (its flag names as keys), as a lint Launch;
+        None when the mapping is not one. `loc(node)` places a YAML node."""
+        own = self._lint("config_launch")
+        return own(node, keys, path, loc) if own is not None else None
 
     def launch_start(self, words: Sequence[str]) -> Optional[int]:
         """Where this engine's server command starts among a command's words (None: not this engine)."""

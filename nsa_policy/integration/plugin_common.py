@@ -178,7 +178,8 @@ def compare_with_parent(decision: Decision, rank: int, env: Optional[Mapping[str
 def differences(decided: Mapping[str, Any], engine: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """field → {policy, engine} where the engine's resolved value is not the decision's. An engine value
     of None is not a difference: the engine decides that field later (vLLM's selector, in the worker)."""
-    same = {"bf16": "bfloat16"}
+    from nsa_policy.catalog.store import KV_DTYPE_ALIASES as same
+
     out: dict[str, dict[str, Any]] = {}
     for key, value in decided.items():
         theirs = engine.get(key)

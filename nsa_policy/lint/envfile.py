@@ -67,11 +67,11 @@ def read_env_file(full: str, display: str, reader: Reader, shown: Optional[str] 
 
 def scan_env(path: str, text: str, index: LineIndex) -> FileScan:
     """An env file is an environment-only launch: its threshold variables are checked on their own."""
-    from nsa_policy.core.facts import THRESHOLD_ENV_VARS
+    from nsa_policy.engines.sglang.env import threshold_env_vars
 
     env = parse_env(text, path)
     scan = FileScan(path)
-    relevant = {k: v for k, v in env.items() if k in THRESHOLD_ENV_VARS}
+    relevant = {k: v for k, v in env.items() if k in threshold_env_vars()}
     if relevant:
         first = min(relevant.values(), key=lambda e: e.loc.line)
         scan.launches.append(Launch(path, first.loc, "env", env=env))

@@ -13,7 +13,7 @@ import re
 from typing import Optional
 
 from nsa_policy import engines
-from nsa_policy.core.facts import THRESHOLD_ENV_VARS
+from nsa_policy.engines.sglang.env import threshold_env_vars
 from nsa_policy.engines.sglang.flags import load_flags
 from nsa_policy.lint.cliargs import parse_cli
 from nsa_policy.lint.confine import OutsideTree, Reader
@@ -175,25 +175,25 @@ class Structured:
             if node.kind != "map" or id(node) in self.consumed:
                 continue
             for k, v in node.pairs:
-                if k.value in THRESHOLD_ENV_VARS and v.kind == "scalar":
+                if k.value in threshold_env_vars() and v.kind == "scalar":
                     env[k.value] = self._env_value(v.value, self.loc(k), None)
             name, value = node.get("name"), node.get("value")
-            if name is not None and name.value in THRESHOLD_ENV_VARS and value is not None and value.kind == "scalar":
+            if name is not None and name.value in threshold_env_vars() and value is not None and value.kind == "scalar":
                 env[name.value] = self._env_value(value.value, self.loc(name), None)
             for k, v in node.pairs:
                 if k.value in ("env", "environment", "extraEnv") and v.kind == "seq":
                     for item in v.items:
                         if item.kind == "scalar" and isinstance(item.value, str) and "=" in item.value:
                             key, _, val = item.value.partition("=")
-                            if key.strip() in THRESHOLD_ENV_VARS:
+                            if key.strip() in threshold_env_vars():
                                 env[key.strip()] = EnvValue(val, self.loc(item))
         return env
 
     # launches ---------------------------------------------------------------------------------
     def container(self, node: N) -> list[Launch]:
         parts = [node.get("entrypoint"), node.get("command"), node.get("args")]
-        image_vllm = self._runs_vllm_image_entrypoint(node)
-        if not image_vllm and not any(p is not None and _mentions(p) for p in parts):
+        image_engine = self._image_server(node)
+        if image_engine is None and not any(p is not None and _mentions(p) for p in parts):
             return []
         file_env = self.env_files(node.get("env_file"))
         exp = Expander({**self.dotenv_vars, **{k: v.value for k, v in file_env.items()}})
@@ -215,8 +215,8 @@ class Structured:
                 tokens += self._shell_words(part, exp)
         texts = [t[0] for t in tokens]
         hit = find_launch(texts)
-        if hit is None and image_vllm and tokens:  # the image's ENTRYPOINT ["vllm", "serve"] gets these
-            hit = (_VLLM_ENGINE, 0)
+        if hit is None and image_engine is not None and tokens:  # the image's own ENTRYPOINT gets these
+            hit = (image_engine, 0)
         if hit is not None:
             engine, start = hit
             return [launch_from(engine, tokens[start:], self.path, tokens[0][1], self._kind(node), env)]
@@ -234,18 +234,21 @@ class Structured:
                     launches += self.shell_scalar(item, state, self._kind(node))
         return launches
 
-    def _runs_vllm_image_entrypoint(self, node: N) -> bool:
-        """A vllm/vllm-openai container that keeps the image's ENTRYPOINT ["vllm", "serve"]: Kubernetes `args`
-        (no `command`) or compose `command` (no `entrypoint`) are the arguments of `vllm serve`."""
+    def _image_server(self, node: N) -> Optional[str]:
+        """The engine whose server is this container image's own ENTRYPOINT, when the container keeps it:
+        Kubernetes `args` (no `command`) or compose `command` (no `entrypoint`) are then its arguments."""
         image = node.get("image")
         if image is None or image.kind != "scalar" or not isinstance(image.value, str):
-            return False
-        if not _VLLM_IMAGE.search(image.value) or node.get("entrypoint") is not None:
-            return False
+            return None
+        if node.get("entrypoint") is not None:
+            return None
+        owner = next((e.name for e in engines.every() if e.server_image(image.value)), None)
+        if owner is None:
+            return None
         compose = self._kind(node) == "compose" or any(node.get(k) is not None for k in _COMPOSE_ONLY)
         if compose:
-            return node.get("command") is not None
-        return node.get("command") is None and node.get("args") is not None
+            return owner if node.get("command") is not None else None
+        return owner if node.get("command") is None and node.get("args") is not None else None
 
     def _kind(self, node: N) -> str:
         if self.kind != "yaml":
@@ -307,21 +310,21 @@ class Structured:
     def config(self, node: N) -> Optional[Launch]:
         keys = [k.value for k, _ in node.pairs if isinstance(k.value, str)]
         if "model" in keys and not any(k in ("model-path", "model_path") for k in keys):
-            vllm = self.vllm_config(node, keys)  # `model` is vLLM's name for it (sglang's is model-path)
-            if vllm is not None:
-                return vllm
+            other = self.engine_config(node, keys)  # `model` is vLLM's name for it (sglang's is model-path)
+            if other is not None:
+                return other
         known = sum(1 for k in keys if self.reg.get(k) is not None)
         # One key alone ({kv_cache_dtype: x}) is too little to call a mapping a server configuration, and
         # so is a record whose keys are mostly something else (a decision, a benchmark result).
         if known < 2:
-            return self.vllm_config(node, keys)
+            return self.engine_config(node, keys)
         dsa = any(self.reg.is_dsa_key(k) for k in keys)
         model = any(k in ("model-path", "model_path") for k in keys)
         if not (model or (dsa and 2 * known >= len(keys))):
-            return self.vllm_config(node, keys)
+            return self.engine_config(node, keys)
         args = []
         for k, v in node.pairs:
-            if not isinstance(k.value, str) or k.value in THRESHOLD_ENV_VARS:
+            if not isinstance(k.value, str) or k.value in threshold_env_vars():
                 continue
             if self.reg.get(k.value) is None and self.reg.near(k.value) is None:
                 continue
@@ -330,22 +333,15 @@ class Structured:
         first = node.pairs[0][0]
         return Launch(self.path, self.loc(first), "config", args=args)
 
-    def vllm_config(self, node: N, keys: list[str]) -> Optional[Launch]:
-        """A `vllm serve --config` file: a mapping of vLLM flag names (without `--`) that names the model
-        and at least one argument the vLLM policy reads (`model` alone is any tool's key)."""
-        from nsa_policy.engines.vllm.catalog import load_vllm
-        from nsa_policy.engines.vllm.lint import config_mapping_args
-
-        table = load_vllm().flag_table()
-        known = [k for k in keys if "--" + k.replace("_", "-") in table]
-        if "model" not in known or len(known) < 2:
-            return None
-        first = node.pairs[0][0]
-        return Launch(self.path, self.loc(first), "config", args=config_mapping_args(node, self.path), engine="vllm")
+    def engine_config(self, node: N, keys: list[str]) -> Optional[Launch]:
+        """A config file of another engine's server (vLLM's `--config`: its flag names as keys)."""
+        for engine in engines.every():
+            hit = engine.config_launch(node, keys, self.path, self.loc)
+            if hit is not None:
+                return hit
+        return None
 
 
-# vLLM's OpenAI-server image (docker/Dockerfile: ENTRYPOINT ["vllm", "serve"]), under any registry prefix.
-_VLLM_IMAGE = re.compile(r"(?:^|/)vllm-openai(?::|@|$)")
 # Service keys only compose has (a Kubernetes container has none of them).
 _COMPOSE_ONLY = ("ipc", "shm_size", "restart", "runtime", "container_name", "healthcheck", "deploy", "depends_on")
 
@@ -358,9 +354,6 @@ def _mentions(node: N) -> bool:
         return mentions_launch(node.value) or node.value in names or node.value.endswith(tuple("/" + n for n in names))
     return any(_mentions(i) for i in node.items)
 
-
-# The engine whose image's own ENTRYPOINT is its server (vllm/vllm-openai: ENTRYPOINT ["vllm", "serve"]).
-_VLLM_ENGINE = "vllm"
 
 
 def _display(full: str, like: str) -> str:

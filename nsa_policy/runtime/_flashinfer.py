@@ -22,12 +22,21 @@ KV_LORA_RANK = 512
 QK_ROPE_HEAD_DIM = 64
 QK_NOPE_HEAD_DIM = 128  # DeepSeek-V3.2 / GLM-5 head dim before absorption (kernel argument)
 
-# Oldest flashinfer-python each backend works with (RUNTIME.md §3, POLICY.md §4).
-MIN_VERSION = {
-    "trtllm": "0.6.7",
-    "fa3": "0.6.7",
-    "flashinfer_sparse_mla": "0.6.14",
-}
+# Oldest flashinfer-python whose entry points this adapter calls with the arguments it passes
+# (trtllm_batch_decode_with_kv_cache_mla and BatchMLAPagedAttentionWrapper as of 0.6.7). A backend's own
+# requirement of the engine's kernel package is the catalog's (backends.yaml min_versions) and wins
+# where it is higher: flashinfer_sparse_mla needs 0.6.14 there.
+ADAPTER_MIN_VERSION = "0.6.7"
+
+
+def min_version(backend: str) -> str:
+    from nsa_policy.catalog.store import load_catalog
+
+    spec = load_catalog().backends.get(backend)
+    needed = spec.min_versions.get("flashinfer-python") if spec is not None else None
+    if needed is not None and parse_version(needed) > parse_version(ADAPTER_MIN_VERSION):
+        return needed
+    return ADAPTER_MIN_VERSION
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -52,7 +61,7 @@ MIN_VERSION_ON = {("trtllm", "sm103"): "0.6.7.post2"}
 
 
 def check_version(backend: str, version: Optional[str], device_class: str) -> None:
-    needed = MIN_VERSION_ON.get((backend, device_class), MIN_VERSION[backend])
+    needed = MIN_VERSION_ON.get((backend, device_class)) or min_version(backend)
     if version is None:
         raise AdapterConfigError(
             f"backend {backend!r} on {device_class} needs flashinfer-python >= {needed}, which is not "

@@ -15,9 +15,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from nsa_policy import InputError
+from nsa_policy.catalog.store import KV_DTYPE_ALIASES, KV_DTYPES
 
 PHASES = ("prefill", "decode")
-KV_DTYPES = ("bfloat16", "fp8_e4m3")
 GIB = 1 << 30
 DEFAULT_THRESHOLD = 0.10
 
@@ -180,7 +180,8 @@ def parse_sizes(field: str, text: str, *, lo: int = 1, hi: int = 1 << 22) -> lis
 
 
 def parse_kv_dtypes(text: str) -> list[str]:
-    aliases = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3"}
+    # the catalog's names and aliases, and "fp8" for the one fp8 KV dtype the Hopper backends read
+    aliases = {**{k: k for k in KV_DTYPES}, **KV_DTYPE_ALIASES, "fp8": "fp8_e4m3"}
     out = []
     for part in (p.strip() for p in text.split(",")):
         if part not in aliases:

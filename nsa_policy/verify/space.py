@@ -34,8 +34,9 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from nsa_policy.catalog.store import Catalog, load_catalog
 from nsa_policy.core.conditions import leaves
-from nsa_policy.core.facts import THRESHOLD_ENV_VARS, Facts, ServingConfig, derive
+from nsa_policy.core.facts import Facts, ServingConfig, derive
 from nsa_policy.core.namespace import device_part, inputs_of
+from nsa_policy.engines.sglang.env import threshold_env_vars
 from nsa_policy.inputs import environment_from
 
 INVALID_KV = "fp8_e5m2"
@@ -378,17 +379,17 @@ HISPARSE = (
 
 
 def _thresholds(topk: int) -> tuple[Value, ...]:
-    env_var = THRESHOLD_ENV_VARS[0]
+    env_var = threshold_env_vars()[0]
     return (
         cfg_value(f"{topk // 2} (flag)", dense_attn_kv_len_threshold=topk // 2),
         cfg_value(f"{topk * 2} (flag)", dense_attn_kv_len_threshold=topk * 2),
         cfg_value("131072 (flag)", dense_attn_kv_len_threshold=131072),
         Value(label="131072 (env)", env=((env_var, "131072"),)),
         # the DSA name alone: sglang up to 0.5.12 does not read it, 0.5.13+ read only it (SGLANG-RELEASES.md §3.3)
-        Value(label="131072 (DSA env)", env=((THRESHOLD_ENV_VARS[1], "131072"),)),
+        Value(label="131072 (DSA env)", env=((threshold_env_vars()[1], "131072"),)),
         # both names, different values: each release reads its own; default refuses the ambiguity (NSA004)
         Value(label=f"{topk * 2} (NSA env) + {topk // 2} (DSA env)",
-              env=((env_var, str(topk * 2)), (THRESHOLD_ENV_VARS[1], str(topk // 2)))),
+              env=((env_var, str(topk * 2)), (threshold_env_vars()[1], str(topk // 2)))),
     )
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from nsa_policy import resolve
 from nsa_policy.base.errors import InputError
 from nsa_policy.catalog.store import load_catalog
-from nsa_policy.integration import startup
+from nsa_policy.engines.sglang import startup
 from nsa_policy.integration.discovery import auto_index, discover, mixed_node, read_node
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

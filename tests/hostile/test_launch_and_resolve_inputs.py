@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from nsa_policy import InputError
 from nsa_policy.engines.sglang.launch import parse_command, plan_launch
-from nsa_policy.integration.startup import apply
+from nsa_policy.engines.sglang.startup import apply
 
 DS = "deepseek-ai/DeepSeek-V3.2"
 SERVER = ["python", "-m", "sglang.launch_server", "--model-path", DS]

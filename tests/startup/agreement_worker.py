@@ -26,8 +26,8 @@ def main() -> None:
     try:
         import torch.distributed as dist
 
+        from nsa_policy.engines.sglang.startup import apply
         from nsa_policy.integration.distributed import AgreementError, DisagreementError, ensure_agreement
-        from nsa_policy.integration.startup import apply
 
         def decide(device: str):
             args = argparse.Namespace(model_path=DS, kv_cache_dtype="auto", nsa_prefill_backend=None,

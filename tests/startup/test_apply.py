@@ -9,7 +9,7 @@ from typing import Optional
 import pytest
 
 from nsa_policy import InputError, PolicyError
-from nsa_policy.integration.startup import StartupRejected, apply
+from nsa_policy.engines.sglang.startup import StartupRejected, apply
 
 from .sglang_args import sglang_parser
 

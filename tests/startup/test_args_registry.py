@@ -90,9 +90,9 @@ def test_every_field_is_a_serving_config_field_and_every_flag_is_declared_once()
 
 
 def test_derived_tables_come_from_the_registry() -> None:
+    from nsa_policy.engines.sglang import startup
     from nsa_policy.engines.sglang.config import FIELD_ALIASES
     from nsa_policy.engines.sglang.flags import load_flags
-    from nsa_policy.integration import startup
 
     assert FIELD_ALIASES == reg.field_aliases()
     assert {"dsa_prefill_backend", "tensor_parallel_size", "tp"} <= set(FIELD_ALIASES)

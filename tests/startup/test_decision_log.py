@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nsa_policy import Decision, InputError, resolve
+from nsa_policy.engines.sglang.startup import apply
 from nsa_policy.integration.decision_log import LOG_FORMAT, DecisionLogHandler, append_decision, parse_entry, read_decision_log
-from nsa_policy.integration.startup import apply
 
 from .sglang_args import sglang_parser
 

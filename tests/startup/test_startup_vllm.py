@@ -16,8 +16,8 @@ from typing import Any, Optional
 import pytest
 
 from nsa_policy.base.errors import InputError
+from nsa_policy.engines.sglang.startup import StartupRejected
 from nsa_policy.engines.vllm.startup import apply_vllm
-from nsa_policy.integration.startup import StartupRejected
 
 ROOT = Path(__file__).resolve().parents[2]
 DSV32 = "deepseek-ai/DeepSeek-V3.2"
@@ -108,7 +108,7 @@ from transformers import PretrainedConfig  # noqa: F401  (import order: avoids a
 from vllm.config import AttentionConfig
 from vllm.engine.arg_utils import EngineArgs
 import vllm.v1.attention.backends.registry as registry
-from nsa_policy.integration.startup import apply_vllm
+from nsa_policy.engines.sglang.startup import apply_vllm
 
 out = {}
 e = EngineArgs(model="deepseek-ai/DeepSeek-V3.2", tensor_parallel_size=8)

@@ -66,6 +66,21 @@ class SglangEngine(Engine):
             yield "dense_attn_kv_len_threshold", ns["input.threshold"], source, threshold_detail(ns) or ""
 
     # the sglang.<release>.* facts
+    def env_variables(self) -> tuple[str, ...]:
+        from nsa_policy.engines.sglang.env import variables
+
+        return variables()
+
+    def env_fact_paths(self) -> tuple[str, ...]:
+        from nsa_policy.engines.sglang.env import FACT_PATHS
+
+        return FACT_PATHS
+
+    def env_facts(self, env: Any) -> dict[str, Any]:
+        from nsa_policy.engines.sglang.env import env_facts
+
+        return env_facts(env)
+
     def fact_paths(self) -> tuple[str, ...]:
         from nsa_policy.engines.sglang.facts import PATHS
 

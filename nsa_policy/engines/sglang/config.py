@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from nsa_policy.base.errors import InputError, closest
+from nsa_policy.catalog.store import KV_DTYPE_ALIASES, KV_DTYPES
 from nsa_policy.core.facts import ServingConfig
 from nsa_policy.engines.sglang.args import load_args
 from nsa_policy.inputs import CONFIG_FIELDS, merge_value, validate_config
 
 # sglang's KV dtype names → the policy's: bf16 is sglang's alias of bfloat16 (the one owner of the alias)
-KV_ALIASES = {"auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
+KV_ALIASES = {"auto": "auto", **{k: k for k in KV_DTYPES}, **KV_DTYPE_ALIASES}
 
 # Every other name sglang (any release) or nsa-policy gives a ServingConfig field: the dsa_* spellings
 # (NSA was renamed DSA in 0.5.13), the parser's tensor/data_parallel_size dests (up to 0.5.13),

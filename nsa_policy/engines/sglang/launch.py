@@ -420,7 +420,7 @@ def plan_launch(command: Sequence[str], *, policy: str = "default", device: Any 
     Raises StartupRejected (a PolicyError) when the policy rejects it, InputError for a command that
     release cannot run (a flag it does not have, a value outside its choices).
     """
-    from nsa_policy.integration.startup import apply
+    from nsa_policy.engines.sglang.startup import apply
 
     parsed = parse_command(command)
     for token in parsed.argv:
@@ -532,7 +532,7 @@ def _engine_view(ns: SimpleNamespace, rel: str, policy: str, device: Any, model:
     """What the release decides on its own for the command as given: its compat bundle's decision."""
     from nsa_policy.api import resolve
     from nsa_policy.core.bundle import release_bundle
-    from nsa_policy.integration.startup import ArgsView
+    from nsa_policy.engines.sglang.startup import ArgsView
 
     try:
         bundle = release_bundle(f"sglang-{rel}")

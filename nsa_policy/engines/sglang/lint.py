@@ -15,9 +15,10 @@ from nsa_policy.api import build_facts, decide
 from nsa_policy.base.errors import InputError
 from nsa_policy.base.versions import parse_version
 from nsa_policy.core.decision import Finding
-from nsa_policy.core.facts import THRESHOLD_ENV_VARS, ModelFacts, ServingConfig
+from nsa_policy.core.facts import ModelFacts, ServingConfig
 from nsa_policy.engines.sglang.args import Argument, Spelling
 from nsa_policy.engines.sglang.config import ATTN_DP_NAMES
+from nsa_policy.engines.sglang.env import threshold_env_vars
 from nsa_policy.engines.sglang.flags import FlagInfo, field_kind, load_flags
 from nsa_policy.lint.launch_checks import Needs, rule_needs
 from nsa_policy.lint.report import Arg, Diagnostic, Hint, Launch, Location
@@ -279,7 +280,7 @@ class SglangLint:
 
         env: dict[str, str] = {}
         ignored = self._ignored_vars(target) if target else {}
-        for name in THRESHOLD_ENV_VARS:
+        for name in threshold_env_vars():
             ev = launch.env.get(name)
             if ev is None:
                 continue
@@ -356,7 +357,7 @@ class SglangLint:
             if field in by_field:
                 return by_field[field][-1].loc
             if field == "dense_attn_kv_len_threshold":
-                for name in THRESHOLD_ENV_VARS:
+                for name in threshold_env_vars():
                     if name in env:
                         return launch.env[name].loc
         return launch.loc

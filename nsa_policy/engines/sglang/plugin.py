@@ -100,8 +100,8 @@ def _sglang_release() -> Optional[str]:
 def _fields_for_policy(view: Any) -> dict[str, Any]:
     """The fields apply() reads, as sglang's view shows them now (a plain dict: apply writes into it)."""
     from nsa_policy.engines.sglang.config import ALIAS_SWITCHES, ATTN_DP_NAMES, FIELD_ALIASES
+    from nsa_policy.engines.sglang.startup import PARSER_DESTS, TARGETS
     from nsa_policy.inputs import CONFIG_FIELDS
-    from nsa_policy.integration.startup import PARSER_DESTS, TARGETS
 
     names = {"model_path", *CONFIG_FIELDS, *FIELD_ALIASES, *ATTN_DP_NAMES, *ALIAS_SWITCHES, *ALIAS_SWITCHES.values(),
              *PARSER_DESTS, *(a for attrs in TARGETS.values() for a in attrs)}

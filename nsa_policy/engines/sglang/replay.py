@@ -41,7 +41,7 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     from nsa_policy.base.errors import NsaPolicyError
     from nsa_policy.engines.sglang.args import load_args
     from nsa_policy.engines.sglang.launch import launch_namespace, parse_command
-    from nsa_policy.integration.startup import ArgsView
+    from nsa_policy.engines.sglang.startup import ArgsView
 
     refused: dict[str, Any] = {"ok": False, "applies": None, **{f: None for f in FIELDS}}
     reg = load_args()

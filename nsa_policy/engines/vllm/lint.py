@@ -5,6 +5,7 @@ vllm-0.33 when asked), each finding placed at the flag it is about; removed envi
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from nsa_policy.api import build_facts, decide
@@ -305,3 +306,22 @@ def lint_launch(checker: Checker, launch: Launch) -> list[Diagnostic]:
 
 def image_pins() -> tuple[tuple[str, str], ...]:
     return ((IMAGE, PIN),)
+
+
+# vLLM's OpenAI-server image (docker/Dockerfile: ENTRYPOINT ["vllm", "serve"]), under any registry prefix.
+_SERVER_IMAGE = re.compile(r"(?:^|/)vllm-openai(?::|@|$)")
+
+
+def server_image(image: str) -> bool:
+    return _SERVER_IMAGE.search(image) is not None
+
+
+def config_launch(node: Any, keys: Sequence[str], path: str, loc: Callable[[Any], Location]) -> Optional[Launch]:
+    """A `vllm serve --config` file: a mapping of vLLM flag names (without `--`) that names the model
+    and at least one argument the vLLM policy reads (`model` alone is any tool's key)."""
+    table = load_vllm().flag_table()
+    known = [k for k in keys if "--" + k.replace("_", "-") in table]
+    if "model" not in known or len(known) < 2:
+        return None
+    first = node.pairs[0][0]
+    return Launch(path, loc(first), "config", args=config_mapping_args(node, path), engine="vllm")

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional
 
 from nsa_policy.base.errors import InputError
 from nsa_policy.core.decision import Decision
-from nsa_policy.integration.startup import (
+from nsa_policy.engines.sglang.startup import (
     LOGGER_NAME,
     Applied,
     ArgsView,

@@ -40,9 +40,10 @@ from pydantic import Field
 
 from nsa_policy.base.errors import InputError, PolicyError
 from nsa_policy.core.decision import Decision
-from nsa_policy.core.facts import THRESHOLD_ENV_VARS, Frozen
+from nsa_policy.core.facts import Frozen
 from nsa_policy.engines.sglang.args import TargetRelease, load_args
 from nsa_policy.engines.sglang.config import ALIAS_SWITCHES, ATTN_DP_NAMES, FIELD_ALIASES, KV_ALIASES
+from nsa_policy.engines.sglang.env import threshold_env_vars
 from nsa_policy.inputs import CONFIG_FIELDS
 
 LOGGER_NAME = "nsa_policy.startup"
@@ -56,7 +57,7 @@ UNSET_VALUES: dict[str, tuple[Any, ...]] = _ARGS.unset_values()
 # sglang's alias: an explicit bf16 agrees with a decided bfloat16
 SAME_VALUE = {k: v for k, v in KV_ALIASES.items() if k != v}
 DSA_SPELLING_MARKERS = ("dsa_prefill_backend", "dsa_decode_backend", "dsa_prefill_dense_attn_kv_len_threshold")
-NSA_ENV, DSA_ENV = THRESHOLD_ENV_VARS
+NSA_ENV, DSA_ENV = threshold_env_vars()
 # sglang's parser stores --tp-size/--dp-size as these up to 0.5.13; ServerArgs.from_cli_args copies them over later.
 PARSER_DESTS: dict[str, str] = _ARGS.parser_dests()
 
@@ -180,7 +181,7 @@ def plan(args: ArgsView, decision: Decision, env: Mapping[str, str], threshold_v
             written[attr] = decided
             previous[attr] = args.get(attr)
         if output == "dense_attn_kv_len_threshold" and not present:
-            readable = (threshold_var,) if threshold_var else THRESHOLD_ENV_VARS
+            readable = (threshold_var,) if threshold_var else threshold_env_vars()
             if not any(str(env.get(v, "")).strip() for v in readable):
                 env_set[threshold_var or (DSA_ENV if args.uses_dsa_spelling() else NSA_ENV)] = str(decided)
             else:
