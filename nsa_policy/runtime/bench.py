@@ -208,11 +208,14 @@ def _reference_error(prob: _Problem, out: torch.Tensor, kv: str, pools: _Pools, 
     return float((got - ref).norm() / ref.norm().clamp(min=1e-30))
 
 
-def _adapter(decision: Any, phase: str, backend: str, heads: int, scale: float) -> SparseMLAAdapter:
+def _adapter(decision: Any, phase: str, backend: str, heads: int, scale: float,
+             pool_tokens: int) -> SparseMLAAdapter:
+    # the pool's size goes in so that a kernel which cannot address it is refused, not timed
     return SparseMLAAdapter.from_decision(
         decision, device="cuda", num_heads=heads, softmax_scale=scale, phases=(phase,),
         prefill_backend=backend if phase == "prefill" else None,
-        decode_backend=backend if phase == "decode" else None, table_page_size=PAGE)
+        decode_backend=backend if phase == "decode" else None, table_page_size=PAGE,
+        kv_pool_tokens=pool_tokens)
 
 
 def _layer_call(ad: SparseMLAAdapter, prob: _Problem, pool: torch.Tensor) -> Callable[[], torch.Tensor]:
@@ -224,7 +227,8 @@ def _layer_call(ad: SparseMLAAdapter, prob: _Problem, pool: torch.Tensor) -> Cal
     return lambda: ad.prefill(prob.q, pool, prob.topk, prob.block_table, plan)
 
 
-def candidates(spec: Spec, device_class: str, heads: int, scale: float) -> tuple[dict, list[Excluded]]:
+def candidates(spec: Spec, device_class: str, heads: int, scale: float,
+               pool_tokens: int) -> tuple[dict, list[Excluded]]:
     """(phase, kv) → {backend: adapter} for every backend the catalog lets run here on that layout and
     the installed kernel packages provide (the adapter refuses the rest at construction, with why)."""
     found: dict[tuple[str, str], dict[str, SparseMLAAdapter]] = {}
@@ -244,7 +248,7 @@ def candidates(spec: Spec, device_class: str, heads: int, scale: float) -> tuple
                                                     f"only, not {decision.kv_cache_layout}"))
                     continue
                 try:
-                    found[(phase, kv)][b] = _adapter(decision, phase, b, heads, scale)
+                    found[(phase, kv)][b] = _adapter(decision, phase, b, heads, scale, pool_tokens)
                 except (AdapterConfigError, ValueError, ImportError) as exc:
                     excluded.append(Excluded(backend=b, phase=phase, kv_cache_dtype=kv,
                                              reason=str(exc).splitlines()[0][:300]))
@@ -299,7 +303,7 @@ def run(spec: Spec, device_class: str) -> BenchRun:
     need = max(max(1, s // c) * max(c, s) if ph == "prefill" else s * c for ph, c, s in pts)
     pool_tokens = -(-min(spec.pool_tokens, need) // PAGE) * PAGE
     pools = _Pools(pool_tokens, spec.kv_dtypes, gen)
-    found, excluded = candidates(spec, device_class, heads, scale)
+    found, excluded = candidates(spec, device_class, heads, scale, pool_tokens)
     flush = torch.empty(FLUSH_MIB << 20, dtype=torch.int8, device="cuda")
     warm_clocks()
     points = []

@@ -142,6 +142,22 @@ def test_ranking_excludes_a_backend_whose_output_disagrees():
     assert md.count("DISAGREES") == len(bad)
 
 
+def test_fa3_pool_limit_lies_where_the_h200_probe_saw_fa3_break():
+    """The adapter's fa3 pool limit for flashinfer 0.6.7.post2 against the committed probe: every pool
+    within it agreed with the reference on the H200, every pool past it disagreed."""
+    from nsa_policy.runtime._flashinfer import fa3_max_pool_rows
+    probes = [rep.load_run(p) for p in sorted((RESULTS / "fa3_pool_probe").glob("pool*.json"))]
+    assert len(probes) >= 4
+    for run in probes:
+        limit = fa3_max_pool_rows(run.environment.flashinfer, 576)
+        assert limit is not None  # 0.6.7.post2: the 32-bit kernel
+        fa3 = [p.timing("fa3", "bfloat16") for p in run.points]
+        assert fa3 and all(t is not None and t.rel_error is not None for t in fa3)
+        assert all(t.agrees == (run.settings.pool_tokens <= limit) for t in fa3), run.settings.pool_tokens
+    sizes = [r.settings.pool_tokens for r in probes]
+    assert min(sizes) <= fa3_max_pool_rows("0.6.7.post2", 576) < max(sizes)
+
+
 def test_report_has_machine_date_policy_and_kv_capacity(tp8):
     md = rep.render_markdown(tp8)
     env = tp8.environment
