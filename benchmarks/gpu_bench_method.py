@@ -188,12 +188,17 @@ def method(path: str) -> None:
                         fns[key] = fn
                         rows[key] = dict(heads=heads, phase=phase, size=size, context=CONTEXT, kv=kv, backend=b,
                                          rel_error=err)
+                t0 = time.time()  # wall-clock spans, to line the runs up with sampled clocks
                 ours = gpu.timed_in_turns(fns, 20, 3, flush)
+                t1 = time.time()
                 for key, fn in fns.items():
                     srt = sorted(ours[key])
                     rows[key]["ours_ms"] = (srt[9] + srt[10]) / 2
                     rows[key]["ours_rounds"] = [round(x, 5) for x in ours[key]]
+                    rows[key]["ours_span"] = [round(t0, 3), round(t1, 3)]
+                    t2 = time.time()
                     rows[key]["do_bench_ms"] = [do_bench(fn, return_mode="median") for _ in range(2)]
+                    rows[key]["do_bench_span"] = [round(t2, 3), round(time.time(), 3)]
                     rows[key]["host_us"] = host_us(fn)
                 for key in fns:  # planning per call replaces the planned wrapper's plan: last
                     kv, b = key.split("/")

@@ -2,13 +2,14 @@
 # One device call for issue 25's open points: where fa3 breaks (flashinfer 0.6.7.post2, then 0.6.11),
 # the issue's timing method beside bench's, and bench at TP 8 and attention DP 8 again.
 # Usage (on the GPU machine, from a copy of nsa_policy/ + rules/ + pyproject.toml + benchmarks/):
-#   bash benchmarks/gpu_bench_method.sh WHEELS WHEELS_0611
+#   bash benchmarks/gpu_bench_method.sh WHEELS WHEELS_0611 [repeat]
 #     WHEELS: as gpu_bench_session.sh without nvidia_cudnn_frontend (flashinfer imports it only if present;
 #             left out to fit the 64 MiB a call carries);
 #     WHEELS_0611: flashinfer_python 0.6.11 alone (the other wheels are taken from WHEELS)
+#     repeat: only bench over a pool past fa3's reach, and the method again with the SM clock sampled
 # Everything goes into $OUT/method.tgz; steps run in order of need and stop when the call's time runs short.
 set -uo pipefail
-wheels=$1 wheels11=$2
+wheels=$1 wheels11=$2 mode=${3:-all}
 dst=/tmp/results/method
 mkdir -p "$dst"
 trap 'tar czf "$OUT/method.tgz" -C "$dst" .' EXIT
@@ -26,6 +27,19 @@ step() {  # name, timeout, command...
   timeout "$limit" "$@" > "$dst/$name.log" 2>&1
   echo "rc=$? ($(date -u +%T))"
 }
+if [ "$mode" = repeat ]; then
+  # 512 rows at 32k need 16M tokens, so the pool is the 7,602,176 asked for (bench caps it at the need)
+  step pool7602176 90 python3 -m nsa_policy.cli bench --model deepseek-ai/DeepSeek-V3.2 --tp-size 8 --phase decode \
+    --batch 512 --context 32k --kv-cache-dtype bfloat16 --rounds 3 --pool-tokens 7602176 --out "$dst/pool7602176"
+  cat "$dst/pool7602176.log"; grep -A8 "Not measured" "$dst/pool7602176/h200-tp8.md"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 100 \
+    > "$dst/clocks.csv" 2>&1 &
+  smi=$!
+  step method 300 python3 benchmarks/gpu_bench_method.py method "$dst/method.jsonl"
+  kill $smi
+  tail -3 "$dst/method.log"
+  exit 0
+fi
 step probe-0.6.7.post2 150 python3 benchmarks/gpu_bench_method.py probe "$dst/probe-0.6.7.post2.json"
 cat "$dst/probe-0.6.7.post2.log" | tail -20
 step method 300 python3 benchmarks/gpu_bench_method.py method "$dst/method.jsonl"
