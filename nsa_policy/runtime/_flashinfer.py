@@ -72,6 +72,33 @@ def check_version(backend: str, version: Optional[str], device_class: str) -> No
             f"upgrade flashinfer-python, or use backend 'torch' (the reference)")
 
 
+# fa3's Hopper MLA kernel before flashinfer-python 0.6.11 (include/flashinfer/attention/mla_hopper.cuh,
+# prefetch_offset) multiplies a KV row's int32 index by the uint32 row stride in 32 bits: past 2^32
+# elements of one layer's pool the offset wraps and the kernel reads another row, with no error (seen on
+# an H200 with 0.6.7.post2 from 7.6M rows of 576). 0.6.11 widens the index to int64 first.
+FA3_WIDE_OFFSETS_FROM = "0.6.11"
+FA3_OFFSET_LIMIT = 1 << 32  # elements one 32-bit offset reaches
+
+
+def fa3_max_pool_rows(version: Optional[str], row_elements: int) -> Optional[int]:
+    """Most rows of `row_elements` one layer's pool may hold for fa3 with this flashinfer (None: no
+    limit). Every element offset a row's loads start at, index × stride + at most 56, must stay
+    under 2^32; `rows × stride <= 2^32` keeps that with room to spare."""
+    if version is not None and parse_version(version) >= parse_version(FA3_WIDE_OFFSETS_FROM):
+        return None
+    return FA3_OFFSET_LIMIT // row_elements
+
+
+def fa3_pool_problem(rows: int, limit: Optional[int], version: Optional[str]) -> Optional[str]:
+    """Why fa3 cannot read a pool of `rows` rows (None when it can)."""
+    if limit is None or rows <= limit:
+        return None
+    return (f"backend 'fa3' with flashinfer-python {version} reads at most {limit:,} KV rows per layer "
+            f"pool (its kernel computes row offsets in 32 bits, fixed in {FA3_WIDE_OFFSETS_FROM}), got "
+            f"{rows:,}; upgrade flashinfer-python to >= {FA3_WIDE_OFFSETS_FROM}, use a smaller pool, or "
+            f"another backend")
+
+
 def load(backend: str) -> SimpleNamespace:
     """The flashinfer entry points `backend` calls, imported now (at adapter construction)."""
     try:

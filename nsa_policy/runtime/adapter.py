@@ -137,7 +137,8 @@ class SparseMLAAdapter:
                  num_heads: Optional[int], softmax_scale: Optional[float], table_page_size: int,
                  transform_impl: str, workspace_bytes: Optional[int], kernels: dict[str, Any],
                  kv_scale_format: str = _flashinfer.DEFAULT_KV_SCALE_FORMAT,
-                 planner: Any = None) -> None:
+                 planner: Any = None, fa3_max_pool_rows: Optional[int] = None,
+                 flashinfer_version: Optional[str] = None) -> None:
         self.backends = dict(backends)
         self.device = device
         self.device_class = device_class
@@ -151,6 +152,8 @@ class SparseMLAAdapter:
         self.kv_scale_format = kv_scale_format
         self._kernels = kernels
         self._planner = planner
+        self._fa3_max_pool_rows = fa3_max_pool_rows
+        self._flashinfer_version = flashinfer_version
         self._generation = {phase: 0 for phase in PHASES}
         self._workspace = None
         self._counter: Optional[torch.Tensor] = None  # trtllm-gen's multi-CTA counters, zeroed once, reused
@@ -182,7 +185,7 @@ class SparseMLAAdapter:
         decode_backend: Optional[str] = None, table_page_size: int = 1,
         transform_impl: str = "auto", workspace_bytes: Optional[int] = None,
         kv_scale_format: str = _flashinfer.DEFAULT_KV_SCALE_FORMAT,
-        flashinfer: Any = None, flash_mla: Any = None,
+        flashinfer: Any = None, flash_mla: Any = None, kv_pool_tokens: Optional[int] = None,
     ) -> SparseMLAAdapter:
         """Check the decision against this device and the kernel packages, and build the adapter.
 
@@ -195,7 +198,9 @@ class SparseMLAAdapter:
         power-of-two writer "pow2_fp32"; the sm12x kernel is told which. `workspace_bytes`:
         trtllm / sm12x workspace (default sglang's 384 MiB; the sm12x backend refuses less) and
         the fa3 float workspace (default 128 MiB). `flashinfer` / `flash_mla` replace those modules
-        (tests: recording stand-ins with the same entry points and a `__version__`)."""
+        (tests: recording stand-ins with the same entry points and a `__version__`).
+        `kv_pool_tokens`, rows in one layer's KV pool when known, lets a pool the installed fa3 kernel
+        cannot address be refused here; every fa3 call checks its pool too."""
         errors = list(getattr(decision, "errors", None) or ())
         if errors:
             listed = "; ".join(getattr(e, "code", None) or str(e) for e in errors)
@@ -219,6 +224,8 @@ class SparseMLAAdapter:
         page_size = _int_at_least_1("page_size", getattr(decision, "page_size", None))
         top_k = _int_at_least_1("index_topk", getattr(decision, "index_topk", None))
         _int_at_least_1("table_page_size", table_page_size)
+        if kv_pool_tokens is not None:
+            _int_at_least_1("kv_pool_tokens", kv_pool_tokens)
         if workspace_bytes is not None and (isinstance(workspace_bytes, bool)
                                             or not isinstance(workspace_bytes, int) or workspace_bytes < 1):
             raise ValueError(f"workspace_bytes must be an int >= 1, got {workspace_bytes!r}")
@@ -246,14 +253,20 @@ class SparseMLAAdapter:
             raise AdapterConfigError("; ".join(problems))
 
         kernels: dict[str, Any] = {}
+        fi_version = fa3_rows = None
         for backend in sorted(set(backends.values()) - {"torch"}):
             if backend in FLASHMLA:
                 if "flashmla" not in kernels:
                     kernels["flashmla"] = cls._flashmla_module(flash_mla)
                 continue
-            version = getattr(flashinfer, "__version__", None) if flashinfer is not None \
+            fi_version = getattr(flashinfer, "__version__", None) if flashinfer is not None \
                 else _flashinfer.installed_version()
-            _flashinfer.check_version(backend, version, dev_class)
+            _flashinfer.check_version(backend, fi_version, dev_class)
+            if backend == "fa3":
+                fa3_rows = _flashinfer.fa3_max_pool_rows(fi_version, HEAD_DIM_QK)
+                why = _flashinfer.fa3_pool_problem(kv_pool_tokens or 0, fa3_rows, fi_version)
+                if why:
+                    raise AdapterConfigError(why)
             kernels[backend] = cls._entry_points(backend, flashinfer)
         cls._check_call_contracts(backends, kernels, dev_class, num_heads, flashinfer)
         planner = None
@@ -270,7 +283,8 @@ class SparseMLAAdapter:
                    page_size=page_size, index_topk=top_k, num_heads=num_heads,
                    softmax_scale=softmax_scale, table_page_size=table_page_size,
                    transform_impl=transform_impl, workspace_bytes=workspace_bytes, kernels=kernels,
-                   kv_scale_format=kv_scale_format, planner=planner)
+                   kv_scale_format=kv_scale_format, planner=planner, fa3_max_pool_rows=fa3_rows,
+                   flashinfer_version=fi_version)
 
     @staticmethod
     def _flashmla_module(flash_mla: Any) -> Any:
@@ -580,9 +594,13 @@ class SparseMLAAdapter:
         if q_nope.shape[1] != plan.num_heads or q_nope.dtype != plan.q_dtype:
             raise ValueError(f"the plan is for {plan.num_heads} heads of {plan.q_dtype}, q has "
                              f"{q_nope.shape[1]} of {q_nope.dtype}")
+        rows = self._kv_rows(kv_cache).view(-1, 1, HEAD_DIM_QK)
+        # (one integer compare: an out-of-reach pool would give wrong rows, not an error)
+        why = _flashinfer.fa3_pool_problem(rows.shape[0], self._fa3_max_pool_rows, self._flashinfer_version)
+        if why:
+            raise ValueError(why)
         transform_into_csr(page_table, topk_indices, plan.cu_extend_lens, self.table_page_size,
                            plan.kv_indptr, plan.kv_indices, pad_slot=0, impl=self.transform_impl)
-        rows = self._kv_rows(kv_cache).view(-1, 1, HEAD_DIM_QK)
         return plan.wrapper.run(q_nope=q_nope, q_pe=q_pe, ckv_cache=rows[..., :KV_LORA_RANK],
                                 kpe_cache=rows[..., KV_LORA_RANK:])
 

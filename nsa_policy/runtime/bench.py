@@ -97,7 +97,7 @@ class Spec:
     notes: list[str] = field(default_factory=list)
 
 
-class _Pools:
+class Pools:
     """One bf16 pool and its fp8-656 quantisation (exact amax/448 scales, sglang's writer)."""
 
     def __init__(self, tokens: int, kv_dtypes: list[str], gen: torch.Generator):
@@ -149,7 +149,7 @@ def _topk_rows(causal: torch.Tensor, k: int, width: int, gen: torch.Generator) -
 
 
 @dataclass
-class _Problem:
+class Problem:
     phase: str
     context: int
     size: int
@@ -161,8 +161,8 @@ class _Problem:
     seq_lens: list[int]
 
 
-def _problem(phase: str, context: int, size: int, heads: int, k: int, pools: _Pools,
-             gen: torch.Generator) -> _Problem:
+def make_problem(phase: str, context: int, size: int, heads: int, k: int, pools: Pools,
+             gen: torch.Generator) -> Problem:
     pages = pools.tokens // PAGE
     if phase == "decode":
         requests, extend, length = size, 1, context
@@ -180,10 +180,10 @@ def _problem(phase: str, context: int, size: int, heads: int, k: int, pools: _Po
     q = (torch.randn(rows, heads, HEAD_DIM_QK, generator=gen, device="cuda")).to(torch.bfloat16)
     topk = _topk_rows(causal, k, length, gen)
     table = _block_table(requests, length, pages, gen)  # decode: one row per query row
-    return _Problem(phase, context, size, requests, q, topk, table, extend_lens, seq_lens)
+    return Problem(phase, context, size, requests, q, topk, table, extend_lens, seq_lens)
 
 
-def _reference_error(prob: _Problem, out: torch.Tensor, kv: str, pools: _Pools, scale: float) -> float:
+def reference_error(prob: Problem, out: torch.Tensor, kv: str, pools: Pools, scale: float) -> float:
     """‖out − ref‖ / ‖ref‖ on CHECK_ROWS rows spread over the batch, the reference in fp32 on the
     same slots (for fp8: on the dequantised rows it reads)."""
     rows = torch.linspace(0, prob.q.shape[0] - 1, min(CHECK_ROWS, prob.q.shape[0]), device="cuda").long().unique()
@@ -208,14 +208,17 @@ def _reference_error(prob: _Problem, out: torch.Tensor, kv: str, pools: _Pools, 
     return float((got - ref).norm() / ref.norm().clamp(min=1e-30))
 
 
-def _adapter(decision: Any, phase: str, backend: str, heads: int, scale: float) -> SparseMLAAdapter:
+def _adapter(decision: Any, phase: str, backend: str, heads: int, scale: float,
+             pool_tokens: int) -> SparseMLAAdapter:
+    # the pool's size goes in so that a kernel which cannot address it is refused, not timed
     return SparseMLAAdapter.from_decision(
         decision, device="cuda", num_heads=heads, softmax_scale=scale, phases=(phase,),
         prefill_backend=backend if phase == "prefill" else None,
-        decode_backend=backend if phase == "decode" else None, table_page_size=PAGE)
+        decode_backend=backend if phase == "decode" else None, table_page_size=PAGE,
+        kv_pool_tokens=pool_tokens)
 
 
-def _layer_call(ad: SparseMLAAdapter, prob: _Problem, pool: torch.Tensor) -> Callable[[], torch.Tensor]:
+def layer_call(ad: SparseMLAAdapter, prob: Problem, pool: torch.Tensor) -> Callable[[], torch.Tensor]:
     """One layer's call as an engine makes it, on a plan made once for the point (per forward pass)."""
     if prob.phase == "decode":
         plan = ad.plan_decode(prob.seq_lens)
@@ -224,7 +227,8 @@ def _layer_call(ad: SparseMLAAdapter, prob: _Problem, pool: torch.Tensor) -> Cal
     return lambda: ad.prefill(prob.q, pool, prob.topk, prob.block_table, plan)
 
 
-def candidates(spec: Spec, device_class: str, heads: int, scale: float) -> tuple[dict, list[Excluded]]:
+def candidates(spec: Spec, device_class: str, heads: int, scale: float,
+               pool_tokens: int) -> tuple[dict, list[Excluded]]:
     """(phase, kv) → {backend: adapter} for every backend the catalog lets run here on that layout and
     the installed kernel packages provide (the adapter refuses the rest at construction, with why)."""
     found: dict[tuple[str, str], dict[str, SparseMLAAdapter]] = {}
@@ -244,14 +248,14 @@ def candidates(spec: Spec, device_class: str, heads: int, scale: float) -> tuple
                                                     f"only, not {decision.kv_cache_layout}"))
                     continue
                 try:
-                    found[(phase, kv)][b] = _adapter(decision, phase, b, heads, scale)
+                    found[(phase, kv)][b] = _adapter(decision, phase, b, heads, scale, pool_tokens)
                 except (AdapterConfigError, ValueError, ImportError) as exc:
                     excluded.append(Excluded(backend=b, phase=phase, kv_cache_dtype=kv,
                                              reason=str(exc).splitlines()[0][:300]))
     return found, excluded
 
 
-def _timed_in_turns(fns: dict[str, Callable[[], torch.Tensor]], rounds: int, warmup: int,
+def timed_in_turns(fns: dict[str, Callable[[], torch.Tensor]], rounds: int, warmup: int,
                     flush: torch.Tensor) -> dict[str, list[float]]:
     names = list(fns)
     for _ in range(warmup):
@@ -298,13 +302,13 @@ def run(spec: Spec, device_class: str) -> BenchRun:
     pts = operating_points(spec)
     need = max(max(1, s // c) * max(c, s) if ph == "prefill" else s * c for ph, c, s in pts)
     pool_tokens = -(-min(spec.pool_tokens, need) // PAGE) * PAGE
-    pools = _Pools(pool_tokens, spec.kv_dtypes, gen)
-    found, excluded = candidates(spec, device_class, heads, scale)
+    pools = Pools(pool_tokens, spec.kv_dtypes, gen)
+    found, excluded = candidates(spec, device_class, heads, scale, pool_tokens)
     flush = torch.empty(FLUSH_MIB << 20, dtype=torch.int8, device="cuda")
     warm_clocks()
     points = []
     for phase, context, size in pts:
-        prob = _problem(phase, context, size, heads, k, pools, gen)
+        prob = make_problem(phase, context, size, heads, k, pools, gen)
         fns: dict[str, Callable[[], torch.Tensor]] = {}
         timings: dict[str, Timing] = {}
         for kv in spec.kv_dtypes:
@@ -312,8 +316,8 @@ def run(spec: Spec, device_class: str) -> BenchRun:
                 key = f"{kv}/{b}"
                 pool = pools.pool(kv)
                 try:
-                    fn = _layer_call(ad, prob, pool)
-                    err = _reference_error(prob, fn(), kv, pools, scale)
+                    fn = layer_call(ad, prob, pool)
+                    err = reference_error(prob, fn(), kv, pools, scale)
                     fns[key] = fn
                     timings[key] = Timing(backend=b, kv_cache_dtype=kv, ms=None, rel_error=err,
                                           tolerance=TOLERANCE[kv])
@@ -321,7 +325,7 @@ def run(spec: Spec, device_class: str) -> BenchRun:
                     timings[key] = Timing(backend=b, kv_cache_dtype=kv, ms=None, tolerance=TOLERANCE[kv],
                                           error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
         if fns:
-            times = _timed_in_turns(fns, spec.rounds, spec.warmup, flush)
+            times = timed_in_turns(fns, spec.rounds, spec.warmup, flush)
             for key, ms in times.items():
                 srt = sorted(ms)
                 med = srt[len(srt) // 2] if len(srt) % 2 else (srt[len(srt) // 2 - 1] + srt[len(srt) // 2]) / 2

@@ -506,6 +506,47 @@ def test_one_phase_adapter_and_explicit_override(fake_flashinfer):
     assert b.backends == {"prefill": "fa3", "decode": "fa3"}
 
 
+# flashinfer < 0.6.11 computes fa3's KV row offsets in 32 bits (mla_hopper.cuh, prefetch_offset):
+# 2^32 // 576 rows of one layer's pool is the most it addresses correctly.
+FA3_ROW_LIMIT = (1 << 32) // 576
+
+
+@pytest.mark.parametrize("version, limit", [("0.6.7.post2", FA3_ROW_LIMIT), ("0.6.10.post1", FA3_ROW_LIMIT),
+                                            ("0.6.11", None), ("0.7.4", None)])
+def test_fa3_pool_limit_follows_the_flashinfer_release(fake_flashinfer, version, limit):
+    fi = types.SimpleNamespace(**{**vars(fake_flashinfer), "__version__": version})
+    d = decision(prefill_backend="fa3", decode_backend="fa3", heads_per_rank=4)
+    build(d, device_class="sm90", flashinfer=fi, workspace_bytes=1024, kv_pool_tokens=FA3_ROW_LIMIT)
+    if limit is None:  # the widened kernel: no limit from the adapter
+        build(d, device_class="sm90", flashinfer=fi, workspace_bytes=1024, kv_pool_tokens=1 << 25)
+        return
+    with pytest.raises(AdapterConfigError) as exc:
+        build(d, device_class="sm90", flashinfer=fi, workspace_bytes=1024, kv_pool_tokens=limit + 1)
+    msg = str(exc.value)
+    assert "\n" not in msg and f"flashinfer-python {version}" in msg and "7,456,540" in msg
+    assert "7,456,541" in msg and ">= 0.6.11" in msg
+    # the FlashMLA backends read the same pool with 64-bit offsets: not refused
+    build(decision(decode_backend="flashmla_sparse", prefill_backend="flashmla_sparse"), device_class="sm90",
+          flashinfer=fi, phases=("decode",), kv_pool_tokens=limit + 1, flash_mla=types.SimpleNamespace(__version__="1.0.0"))
+
+
+def test_fa3_call_refuses_an_out_of_reach_pool_before_any_launch(fake_flashinfer):
+    fi = types.SimpleNamespace(**{**vars(fake_flashinfer), "__version__": "0.6.7.post2"})
+    prob = ragged_problem(8, extend=(1, 1, 1), prefix=(2, 11, 0))
+    d = decision(prefill_backend="fa3", decode_backend="fa3", index_topk=prob["k"])
+    a = build(d, device_class="sm90", phases=("decode",), flashinfer=fi, num_heads=prob["heads"], softmax_scale=SCALE,
+              workspace_bytes=1024)
+    plan = a.plan_decode(prob["seq"])
+    close(a.decode(prob["q"], prob["kv"], prob["topk"], prob["page_table"], plan), expected(prob))
+    wrapper = FakeMLAWrapper.instances[0]
+    runs, indices = len(wrapper.runs), plan.kv_indices.clone()
+    # a pool one row past the reach (meta: shape only, no memory); an engine's pool grows at start-up
+    big = torch.empty(FA3_ROW_LIMIT + 1, 576, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match=r"fa3.*at most 7,456,540 KV rows.*got 7,456,541"):
+        a.decode(prob["q"], big, prob["topk"], prob["page_table"], plan)
+    assert len(wrapper.runs) == runs and torch.equal(plan.kv_indices, indices)  # nothing ran, nothing written
+
+
 def test_version_order_handles_post_releases():
     from nsa_policy.runtime._flashinfer import parse_version
     ordered = ["0.5.3", "0.6.7", "0.6.7.post2", "0.6.8", "0.6.14", "0.7.4"]

@@ -142,6 +142,83 @@ def test_ranking_excludes_a_backend_whose_output_disagrees():
     assert md.count("DISAGREES") == len(bad)
 
 
+def test_fa3_pool_limit_lies_where_the_h200_probe_saw_fa3_break():
+    """The adapter's fa3 pool limit for flashinfer 0.6.7.post2 against the committed probe: every pool
+    within it agreed with the reference on the H200, every pool past it disagreed."""
+    from nsa_policy.runtime._flashinfer import fa3_max_pool_rows
+    probes = [rep.load_run(p) for p in sorted((RESULTS / "fa3_pool_probe").glob("pool*.json"))]
+    assert len(probes) >= 4
+    for run in probes:
+        limit = fa3_max_pool_rows(run.environment.flashinfer, 576)
+        assert limit is not None  # 0.6.7.post2: the 32-bit kernel
+        fa3 = [p.timing("fa3", "bfloat16") for p in run.points]
+        assert fa3 and all(t is not None and t.rel_error is not None for t in fa3)
+        assert all(t.agrees == (run.settings.pool_tokens <= limit) for t in fa3), run.settings.pool_tokens
+    sizes = [r.settings.pool_tokens for r in probes]
+    assert min(sizes) <= fa3_max_pool_rows("0.6.7.post2", 576) < max(sizes)
+
+
+def test_bench_over_a_pool_past_fa3s_reach_lists_it_not_measured():
+    """Recorded on the H200 (call 9): 512 rows at 32k over a 7,602,176-token pool with flashinfer
+    0.6.7.post2. fa3, the policy's decode choice, is listed with the adapter's reason and not timed."""
+    from nsa_policy.runtime._flashinfer import fa3_max_pool_rows
+    run = rep.load_run(RESULTS / "call9" / "pool7602176-h200-tp8.json")
+    limit = fa3_max_pool_rows(run.environment.flashinfer, 576)
+    assert limit is not None and run.settings.pool_tokens > limit
+    assert not [t for p in run.points for t in p.timings if t.backend == "fa3"]
+    why = [e.reason for e in run.excluded if e.backend == "fa3"]
+    assert why and f"{limit:,} KV rows" in why[0] and f"got {run.settings.pool_tokens:,}" in why[0]
+    [ranked] = rep.rank(run)
+    assert (ranked.fastest, ranked.policy_backend, ranked.gap) == ("flashmla_sparse", "fa3", None)
+    assert "`fa3` (decode, bfloat16): backend 'fa3' with flashinfer-python 0.6.7.post2" in rep.render_markdown(run)
+
+
+def test_bench_candidates_give_the_adapter_their_pool(monkeypatch):
+    """bench hands the adapter the pool it will time over, so the construction-time check decides:
+    fa3 is a candidate up to its reach and listed with the reason past it (stand-in kernels, no GPU)."""
+    import types
+
+    import nsa_policy
+    pytest.importorskip("torch")
+    from nsa_policy.runtime import bench as gpu
+    from nsa_policy.runtime._flashinfer import fa3_max_pool_rows
+
+    real = gpu.SparseMLAAdapter.from_decision.__func__
+    fi = types.SimpleNamespace(__version__="0.6.7.post2", decode=None,
+                               mla=types.SimpleNamespace(BatchMLAPagedAttentionWrapper=lambda *a, **k: None))
+    stand_ins = dict(device="cpu", device_class="sm90", flashinfer=fi, flash_mla=types.SimpleNamespace(__version__="1.0.0"),
+                     workspace_bytes=1024)
+    monkeypatch.setattr(gpu.SparseMLAAdapter, "from_decision",
+                        classmethod(lambda cls, d, **kw: real(cls, d, **{**kw, **stand_ins})))
+    d = nsa_policy.resolve({"tp_size": 8, "kv_cache_dtype": "bfloat16"}, device="h200", model="deepseek-ai/DeepSeek-V3.2")
+    spec = gpu.Spec(model="deepseek-ai/DeepSeek-V3.2", device="h200", tp_size=8, dp_size=None, enable_dp_attention=False,
+                    batches=[512], contexts=[32768], prefill_tokens=[], kv_dtypes=["bfloat16"],
+                    decisions={"bfloat16": d}, phases=("decode",))
+    limit = fa3_max_pool_rows("0.6.7.post2", 576)
+    assert limit is not None
+    found, _ = gpu.candidates(spec, "sm90", 16, 0.135, limit)
+    assert set(found[("decode", "bfloat16")]) == {"fa3", "flashmla_sparse"}
+    found, excluded = gpu.candidates(spec, "sm90", 16, 0.135, limit + 1)
+    assert set(found[("decode", "bfloat16")]) == {"flashmla_sparse"}
+    [why] = [e.reason for e in excluded if e.backend == "fa3"]
+    assert f"at most {limit:,} KV rows" in why and f"got {limit + 1:,}" in why
+
+
+def test_method_comparison_is_the_committed_records_report():
+    """benchmarks/results/bench_h200/method.md is bench_method_report.py's output on the committed
+    device records (calls 8 and 9), unedited."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_method_report", ROOT / "benchmarks" / "bench_method_report.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    files = [str(RESULTS / c / "method.jsonl") for c in ("call8", "call9")]
+    text = mod.render(files)
+    assert text == (RESULTS / "method.md").read_text()
+    rows = mod.load(files)
+    assert {r["heads"] for r in rows} == {16, 32, 64, 128} and all(r["rel_error"] < 1e-2 for r in rows)
+
+
 def test_report_has_machine_date_policy_and_kv_capacity(tp8):
     md = rep.render_markdown(tp8)
     env = tp8.environment
