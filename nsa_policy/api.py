@@ -18,9 +18,11 @@ from nsa_policy.integration.discovery import is_auto
 
 def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
                 env: Optional[Mapping[str, str]] = None, packages: Optional[Mapping[str, str]] = None,
-                spellings: Optional[tuple[str, ...]] = None, engine: Optional[str] = None) -> Facts:
+                spellings: Optional[tuple[str, ...]] = None, engine: Optional[str] = None,
+                release: Optional[str] = None) -> Facts:
     """spellings: the sglang flags the configuration was given with (default: a mapping's flag-form keys).
-    engine: "vllm" reads the config with vLLM's argument names (rules/catalog/vllm/args.yaml)."""
+    engine: "vllm" reads the config with vLLM's argument names (rules/catalog/vllm/args.yaml).
+    release: the engine release targeted; findings then offer only what it accepts."""
     catalog = load_catalog()
     cfg = config_from(config, engine=engine)
     dev = device_from(device, catalog)
@@ -29,13 +31,20 @@ def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
         packages = installed_packages()  # local machine only: another machine's packages are unknown
     spelt = spellings_from(config, engine=engine) if spellings is None else tuple(spellings)
     return Facts(device=dev, model=mdl, config=cfg, env=environment_from(env, packages), derived=derive(mdl, cfg),
-                 spellings=spelt)
+                 spellings=spelt, release=release)
 
 
 def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Decision:
     """Evaluate facts under a bundle; never raises on rejection (errors are in the decision).
     `default` with vLLM facts is the vllm-default bundle. A release name answered by an older bundle
-    (`sglang-0.5.23` → sglang-0.5.22) is kept in `answers_for`."""
+    (`sglang-0.5.23` → sglang-0.5.22) is kept in `answers_for`; a release-named policy is also the
+    release targeted (facts.release, when not set): findings offer only what it accepts."""
+    if facts.release is None:
+        from nsa_policy import engines  # lazy: the registry loads the engines' packages
+
+        named = engines.get(facts.config.engine).release_of_bundle_name(policy)
+        if named is not None:
+            facts = facts.model_copy(update={"release": named})
     decision = evaluate(get_bundle(bundle_for_engine(policy, facts.config.engine)), facts, load_catalog(), trace=trace)
     if policy != decision.policy:
         from nsa_policy import engines  # lazy: the registry loads the engines' packages

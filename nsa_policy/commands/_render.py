@@ -72,17 +72,24 @@ def render_table(decision: Decision, requested: Optional[str] = None) -> str:
 
 def _rejected_options(decision: Decision, field: str) -> list[str]:
     """For a backend output: every other backend of that phase, with why it was not chosen here (the
-    capability matrix cell for this device class and KV dtype)."""
+    capability matrix cell for this device class and KV dtype). Where a release is targeted, the backends
+    it does not accept for the phase are no options: one line names them."""
     phase = {"prefill_backend": "prefill", "decode_backend": "decode"}.get(field)
     if phase is None or getattr(decision, field) is None or not decision.device_class or not decision.kv_cache_dtype:
         return []
+    from nsa_policy import engines
     from nsa_policy.catalog.store import load_catalog
 
     cat = load_catalog()
     chosen = getattr(decision, field)
-    out = []
+    release = decision.inputs.release if decision.inputs is not None else None
+    engine = engines.get(decision.engine)
+    out, unlisted = [], []
     for name, spec in cat.backends.items():
         if name == chosen or phase not in spec.phases:
+            continue
+        if release is not None and not engine.lists_backend(cat, name, phase, release):
+            unlisted.append(name)
             continue
         try:
             cap = cat.capability(name, decision.device_class, decision.kv_cache_dtype, phase)
@@ -92,7 +99,20 @@ def _rejected_options(decision: Decision, field: str) -> list[str]:
             out.append(f"      runs here, not chosen: {name} (the rule above prefers {chosen})")
         else:
             out.append(f"      rejected {name}: {cap.status} - {cap.reason}")
+    if unlisted:
+        out.append(f"      not options: {', '.join(unlisted)} ({engine.title or engine.name} {release} does not list them "
+                   f"for {phase})")
     return out
+
+
+def _model_source(decision: Decision) -> str:
+    """Where the model's facts came from: the catalog entry, a config.json, or the caller."""
+    m = decision.inputs.model if decision.inputs is not None else None
+    if m is None or m.source == "catalog":
+        return f"model catalog entry {decision.model or decision.architecture}"
+    if m.source in ("mapping", "cli"):
+        return "as given"
+    return m.source
 
 
 def render_explain(decision: Decision, requested: Optional[str] = None) -> str:
@@ -110,7 +130,10 @@ def render_explain(decision: Decision, requested: Optional[str] = None) -> str:
         if p.rule is not None and bundle is not None:
             try:
                 rule = bundle.rule(p.rule)
-                lines.append(f"  {field} = {value!r}: decided by rule {rule.id} ({rule.origin}) - {rule.description}"
+                # a value copied from a model fact is the model's: credit the fact and where it came from
+                how = (f"the model's {p.detail.split(' ', 1)[0]} ({_model_source(decision)}), set by rule"
+                       if p.source == "model" else "decided by rule")
+                lines.append(f"  {field} = {value!r}: {how} {rule.id} ({rule.origin}) - {rule.description}"
                              + (f" [evidence: {', '.join(rule.evidence)}]" if rule.evidence else ""))
             except InputError:  # a decision from another version of the bundle
                 lines.append(f"  {field} = {value!r}: rule {p.detail}")

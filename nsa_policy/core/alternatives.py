@@ -59,19 +59,42 @@ def _values(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     return tuple(str(v) for v in arg)
 
 
+def _in_release(names: Any, phase: str, ns: Any, catalog: Catalog) -> tuple[str, ...]:
+    """The backends of `names` that the targeted engine release accepts for `phase` (all of them when no
+    release is targeted): offering one the release lacks is advice its parser refuses."""
+    release = ns["input.release"]
+    if release is None:
+        return tuple(names)
+    from nsa_policy import engines  # lazy: the registry loads the engines' packages
+
+    engine = engines.get(ns["config.engine"])
+    return tuple(b for b in names if engine.lists_backend(catalog, b, phase, release))
+
+
+def _valid(phase: str, device_class: str, kv: str, ns: Any, catalog: Catalog) -> tuple[str, ...]:
+    return _in_release(catalog.valid_backends(phase, device_class, kv, ns["model.index_topk"], ns.packages),
+                       phase, ns, catalog)
+
+
 def _backends(phase: str, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     kv = ns["out.kv_cache_dtype"]
     if kv is None:
         return ()
     current = ns[f"out.{phase}_backend"]
-    return tuple(b for b in catalog.valid_backends(phase, ns["device.class"], kv, ns["model.index_topk"], ns.packages)
-                 if b != current)
+    return tuple(b for b in _valid(phase, ns["device.class"], kv, ns, catalog) if b != current)
 
 
 def _kv_dtypes(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
-    dev, kv, topk = ns["device.class"], ns["out.kv_cache_dtype"], ns["model.index_topk"]
-    return tuple(k for k in KV_DTYPES if k != kv and all(
-        catalog.valid_backends(p, dev, k, topk, ns.packages) for p in _PHASES))
+    dev, kv = ns["device.class"], ns["out.kv_cache_dtype"]
+    return tuple(k for k in KV_DTYPES if k != kv and all(_valid(p, dev, k, ns, catalog) for p in _PHASES))
+
+
+def _catalog_backends(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
+    """Every backend name (of a phase: those that serve it, per the catalog's `phases`), in the release."""
+    if arg is True:
+        return tuple(b for b in catalog.backend_names
+                     if any(_in_release((b,), p, ns, catalog) for p in catalog.backends[b].phases))
+    return _in_release((b for b in catalog.backend_names if arg in catalog.backends[b].phases), arg, ns, catalog)
 
 
 def _device_classes(arg: Any, ns: Any, catalog: Catalog) -> tuple[str, ...]:
@@ -102,11 +125,15 @@ def _parallel(what: str, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     return tuple(f"{flag} {a}" for a in range(1, heads + 1) if heads % a == 0)
 
 
+_RELEASE_READS = ("input.release", "config.engine")
+
+
 def _backend_reads(phase: str) -> tuple[str, ...]:
-    return ("device.class", "out.kv_cache_dtype", "model.index_topk", f"out.{phase}_backend", ANY_PACKAGE)
+    return ("device.class", "out.kv_cache_dtype", "model.index_topk", f"out.{phase}_backend", ANY_PACKAGE,
+            *_RELEASE_READS)
 
 
-_KV_READS = ("device.class", "out.kv_cache_dtype", "model.index_topk", ANY_PACKAGE)
+_KV_READS = ("device.class", "out.kv_cache_dtype", "model.index_topk", ANY_PACKAGE, *_RELEASE_READS)
 _PARALLEL_READS = ("model.num_attention_heads", "config.tp_size", "config.dp_size", "config.enable_dp_attention")
 
 
@@ -127,8 +154,9 @@ NEUTRAL_KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
     AlternativesKind("backends_or_kv_dtypes", "the backends of this phase that run here; when none does, the KV "
                      "dtypes that would", "a phase: prefill or decode", _is_phase,
                      _backend_reads, _backends_or_kv_dtypes),
-    AlternativesKind("catalog_backends", "every backend name of the catalog", "true",
-                     lambda a: a is True, lambda a: (), lambda a, ns, catalog: tuple(catalog.backend_names)),
+    AlternativesKind("catalog_backends", "every backend name of the catalog (of a phase: those that serve it), "
+                     "within the targeted release", "true, or a phase: prefill or decode",
+                     lambda a: a is True or _is_phase(a), lambda a: _RELEASE_READS, _catalog_backends),
     AlternativesKind("threshold_variables", "the values the two dense-attention threshold variables carry "
                      "(set one of them)", "true", lambda a: a is True,
                      lambda a: ("env.dense_attn_kv_len_threshold", "env.dsa_threshold"),

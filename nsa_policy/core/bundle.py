@@ -215,7 +215,7 @@ class FindingSpec:
             if isinstance(part, tuple):
                 name = part[0]
                 if name == "alternatives":
-                    out.append(", ".join(alternatives) if alternatives else "none")
+                    out.append(", ".join(alternatives) if alternatives else _none(ns))
                 else:
                     v = ns[name]
                     out.append("unset" if v is None else (f"{v:g}" if isinstance(v, float) else str(v)))
@@ -227,6 +227,16 @@ class FindingSpec:
             if near:
                 text += f" (did you mean {near!r}?)"
         return text
+
+
+def _none(ns: Mapping[str, Any]) -> str:
+    """An empty alternatives list; where a release is targeted the list holds only what it accepts, so say so."""
+    release = ns.get("input.release")
+    if release is None:
+        return "none"
+    from nsa_policy import engines  # lazy: the registry loads the engines' packages
+
+    return f"none that {engines.get(ns.get('config.engine')).title} {release} accepts"
 
 
 @dataclass(frozen=True)

@@ -186,6 +186,9 @@ class Facts(Frozen):
     # or refuses spellings (rules/catalog/sglang/args.yaml), and its compatibility bundle says which.
     spellings: tuple[str, ...] = Field(default=(), description="the engine's flags as given (--nsa-prefill-backend); "
                                                                "empty when given by policy field name")
+    # The engine release the caller targets (lint's image tag, pin or hint; a release-named --policy):
+    # what a finding offers instead is limited to what that release accepts.
+    release: Optional[str] = Field(default=None, description="the engine release targeted (0.5.15); unset: any")
 
 
 def derive(model: ModelFacts, config: ServingConfig) -> DerivedFacts:

@@ -24,7 +24,7 @@ STATIC_PATHS = frozenset(
     + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
     + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
-                               "dsa_flags_set", "spellings")]
+                               "dsa_flags_set", "spellings", "release")]
     + [f"out.{k}" for k in OUTPUT_FIELDS] + [f"prov.{k}" for k in OUTPUT_FIELDS]
 )
 LAZY_PATHS = frozenset(f"{kind}.{phase}{suffix}" for phase in ("prefill", "decode")
@@ -253,6 +253,7 @@ def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactN
         "input.dsa_flags_set": c.enable_hisparse or any(v is not None for v in (
             c.prefill_backend, c.decode_backend, c.dense_attn_kv_len_threshold)),
         "input.spellings": facts.spellings,
+        "input.release": facts.release,
     })
     return ns
 

@@ -177,6 +177,10 @@ class Engine:
         """AlternativesKind entries this engine adds to `emit.alternatives`."""
         return ()
 
+    def lists_backend(self, catalog: Catalog, backend: str, phase: str, release: str) -> bool:
+        """Does `release` of this engine accept `backend` for `phase`? (Alternatives offer only those.)"""
+        return True
+
     # ------------------------------------------------------------------ check
     def space(self, bundles: Sequence[Any], catalog: Optional[Catalog] = None) -> Any:
         """The input space `check` and `diff` walk for this engine's bundles."""

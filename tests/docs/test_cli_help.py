@@ -92,3 +92,43 @@ def test_explain_lists_the_rejected_options_with_reasons() -> None:
             assert len(block) == len(set(block)), f"a clause is repeated: {block}"
             block = []
         block.append(line)
+
+
+def _why_line(out: str, field: str) -> str:
+    return next(ln for ln in out.splitlines() if ln.startswith(f"  {field} = "))
+
+
+def test_explain_credits_index_topk_to_the_model_fact_not_the_attention_backend_rule() -> None:
+    result = CliRunner().invoke(app, ["resolve", "--device", "b200", "--model", "deepseek-ai/DeepSeek-V3.2", "--explain"])
+    out = result.stdout
+    row = next(ln for ln in out.splitlines() if ln.startswith("  index_topk "))
+    assert "model model.index_topk (rule layout.index-topk)" in row and "attention-backend" not in row
+    line = _why_line(out, "index_topk")
+    assert line.startswith("  index_topk = 2048: the model's model.index_topk (model catalog entry "
+                           "deepseek-ai/DeepSeek-V3.2), set by rule layout.index-topk")
+    assert "attention backend" not in line
+    assert "layout.index-topk" not in _why_line(out, "attention_backend")
+    # a model given by its facts: the value is the caller's, credited as given
+    result = CliRunner().invoke(app, ["resolve", "--device", "b200", "--arch", "DeepseekV32ForCausalLM",
+                                      "--index-topk", "1024", "--num-attention-heads", "128", "--explain"])
+    assert _why_line(result.stdout, "index_topk").startswith("  index_topk = 1024: the model's model.index_topk (as given)")
+
+
+def test_explain_offers_only_what_the_target_release_lists() -> None:
+    from nsa_policy.catalog.store import load_catalog
+
+    cat = load_catalog()
+    args = ["resolve", "--device", "rtx-pro-6000", "--model", "deepseek-ai/DeepSeek-V3.2", "--kv-cache-dtype", "bfloat16",
+            "--explain"]
+    old = CliRunner().invoke(app, [*args, "--policy", "sglang-0.5.15"]).stdout
+    why = old[old.index("why:"):old.index("trace (every rule")]
+    prefill = why[why.index("  prefill_backend = "):why.index("  decode_backend = ")]
+    unlisted = [b for b in cat.backend_names if "prefill" in cat.backends[b].phases and not cat.sglang_lists(b, "prefill", "0.5.15")]
+    assert "triton_sparse_mla" in unlisted
+    for b in unlisted:
+        assert f"rejected {b}:" not in prefill and f"runs here, not chosen: {b} " not in prefill
+    assert f"      not options: {', '.join(unlisted)} (sglang 0.5.15 does not list them for prefill)" in prefill
+    # no release targeted (the default policy): every backend of the phase is an option
+    new = CliRunner().invoke(app, args).stdout
+    assert "NSA106 no default prefill backend runs bfloat16 KV on sm120; use triton_sparse_mla" in new
+    assert "not options:" not in new

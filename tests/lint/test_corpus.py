@@ -54,6 +54,16 @@ EXPECTED = {
     "pinned/serve.sh": [("NSA410", 6)],
     # 0.5.21 (hint comment) does not read the old threshold variable at all.
     "release/sglang.env": [("NSA405", 3), ("NSA408", 3), ("NSA411", 3)],
+    # MI300X (no dense MHA one-shot) with a threshold carried over from an H200 launcher: inert. Its
+    # clean twin sets none and gets no NSA203 (a threshold left unset is not worth a note).
+    "rocm/serve_mi300x.sh": [("NSA203", 5)],
+    # 0.5.15 pin: a misspelt decode backend; the list offers 0.5.15's decode choices only.
+    "release/serve_0515.sh": [("NSA002", 7)],
+    # 0.5.23 pin: a misspelt decode backend; prefill-only backends are not offered for decode.
+    "release/serve_0523.sh": [("NSA002", 7)],
+    # RTX PRO 6000 on the 0.5.15 image with bf16 KV: no backend 0.5.15 lists runs there (triton_sparse_mla
+    # comes in 0.5.22, flashinfer_sparse_mla in 0.5.17), so neither is offered.
+    "release/deployment-0515-rtx.yaml": [("NSA106", 20), ("NSA106", 20)],
     "broken/values.yaml": [("NSA404", 4)],
     "broken/config.json": [("NSA404", 4)],
 }
@@ -107,7 +117,7 @@ def test_clean_twin_exits_zero(name: str) -> None:
 def test_clean_corpus_has_no_errors_or_warnings() -> None:
     report = lint_paths([str(CLEAN)])
     assert [d for d in report.diagnostics if d.level != "info"] == []
-    assert report.launches == 16
+    assert report.launches == 20
 
 
 def test_unparsable_file_does_not_stop_the_run() -> None:
@@ -141,3 +151,60 @@ def test_release_findings_say_how_the_release_was_inferred(bad_report) -> None:
 def test_the_same_launch_for_a_release_that_accepts_it_has_no_release_finding(name: str) -> None:
     report = lint_paths([str(CLEAN / name)])
     assert [d for d in report.diagnostics if d.code in ("NSA410", "NSA411", "NSA412", "NSA413", "NSA414")] == []
+
+
+def _by(report) -> dict:
+    return {(d.loc.path.split("bad/")[-1], d.code, d.loc.line): d for d in report.diagnostics}
+
+
+def test_nsa203_only_where_a_threshold_was_set(bad_report) -> None:
+    d = _by(bad_report)[("rocm/serve_mi300x.sh", "NSA203", 5)]
+    assert "threshold 1024 (from env) has no effect" in d.message
+    assert "--dense-attn-kv-len-threshold" in d.fix and "can be removed" not in d.fix
+    assert [d.code for d in lint_paths([str(CLEAN / "rocm")]).diagnostics] == []  # the same launch, none set
+    # every NSA203 of the corpus sits on a threshold the file sets (a flag or a variable)
+    for path, code, line in _by(bad_report):
+        if code == "NSA203":
+            assert "THRESHOLD" in (BAD / path).read_text().splitlines()[line - 1].upper(), (path, line)
+
+
+def test_nsa412_fix_says_what_to_write(bad_report) -> None:
+    by = _by(bad_report)
+    d = by[("release/Dockerfile", "NSA412", 7)]
+    # sglang 0.5.22's parser: --enable-dp-attention -> "--attn-dp-size <dp-size>", filled from this launch's --dp 8
+    assert d.alternatives == ("--attn-dp-size 8",)
+    assert d.fix == "Write --attn-dp-size 8 in place of --dp 8 --enable-dp-attention."
+    for d in bad_report.diagnostics:
+        if d.code == "NSA412":
+            assert d.alternatives and d.alternatives[0] in d.fix, d
+
+
+def _catalog_phases_and_choices(release: str, phase: str) -> set[str]:
+    from nsa_policy.catalog.store import load_catalog
+
+    cat = load_catalog()
+    return {b for b in cat.backend_names if phase in cat.backends[b].phases and cat.sglang_lists(b, phase, release)}
+
+
+def test_alternatives_follow_the_target_release_and_the_phase(bad_report) -> None:
+    from nsa_policy.catalog.store import load_catalog
+
+    cat = load_catalog()
+    by = _by(bad_report)
+    # 0.5.15: exactly the decode backends 0.5.15 lists for decode (none it lacks, none prefill-only)
+    d15 = by[("release/serve_0515.sh", "NSA002", 7)]
+    assert set(d15.alternatives) == _catalog_phases_and_choices("0.5.15", "decode")
+    assert "triton_sparse_mla" not in d15.alternatives and "flashinfer_sparse_mla" not in d15.alternatives
+    # 0.5.23: prefill-only backends (catalog phases) are not offered for decode, though 0.5.23 knows them
+    d23 = by[("release/serve_0523.sh", "NSA002", 7)]
+    prefill_only = {b for b in cat.backend_names if cat.backends[b].phases == ["prefill"]}
+    assert {"flashmla_sparse_q8", "triton_sparse_mla", "flashmla_auto"} <= prefill_only
+    assert not prefill_only & set(d23.alternatives)
+    assert set(d23.alternatives) == _catalog_phases_and_choices("0.5.23", "decode")
+    assert "did you mean 'flashmla_sparse_q8'" not in d23.message
+    # sm120 with bf16 on 0.5.15: triton_sparse_mla (0.5.22+) and fp8's flashinfer_sparse_mla (0.5.17+) are not offered
+    for d in (by[k] for k in by if k[0] == "release/deployment-0515-rtx.yaml"):
+        assert d.alternatives == () and "triton_sparse_mla" not in d.message
+        assert "none that sglang 0.5.15 accepts" in d.message
+    # the same manifest on 0.5.22 with fp8 KV is clean (triton_sparse_mla / flashinfer_sparse_mla exist there)
+    assert [d.code for d in lint_paths([str(CLEAN / "release/deployment-0515-rtx.yaml")]).diagnostics] == []

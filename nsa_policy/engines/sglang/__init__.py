@@ -107,6 +107,10 @@ class SglangEngine(Engine):
             "an sglang release, e.g. \"0.5.10\"", lambda a: isinstance(a, str),
             lambda a: (), lambda a, ns, catalog: tuple(catalog.sglang_choices(str(a)))),)
 
+    def lists_backend(self, catalog: Any, backend: str, phase: str, release: str) -> bool:
+        # the release's --nsa/--dsa-<phase>-backend choices (backends.yaml sglang_choice)
+        return bool(catalog.sglang_lists(backend, phase, release))
+
     def invariant_titles(self) -> dict[str, str]:
         from nsa_policy.engines.sglang.invariants import INVARIANTS
 

@@ -101,7 +101,7 @@ class SglangLint:
                                                f">= {self.reg.dsa_spelling_since} ({newer}), which spells it {shown}",
                                      arg.loc, alternatives=(shown,), fix=f"Use {shown}."))
             if target:
-                out += self._release_spelling(arg, target)
+                out += self._release_spelling(arg, target, launch.args)
             by_canonical.setdefault(info.canonical, []).append((arg, info))
             if info.field:
                 by_field.setdefault(info.field, []).append(arg)
@@ -127,9 +127,10 @@ class SglangLint:
         devices = self.checker.devices(launch, out)
         if not devices:
             out.append(self.checker.no_device(policy, launch.loc))
-        found = self._policy_findings(launch, policy, config, env, model, devices, by_field)
+        release = target.release if target else None
+        found = self._policy_findings(launch, policy, config, env, model, devices, by_field, release)
         out += self.checker.floor(policy, found, lambda: self._policy_findings(
-            launch, self.opts.policy, config, env, model, devices, by_field))
+            launch, self.opts.policy, config, env, model, devices, by_field, release))
         return out
 
     def _target(self, launch: Launch, out: list) -> Optional[Target]:
@@ -162,8 +163,9 @@ class SglangLint:
             out.append(self.diag("NSA414", f"{t.note} [{target.why}]", here))
         return target
 
-    def _release_spelling(self, arg: Arg, target: Target) -> list[Diagnostic]:
-        """The release's verdict on one spelling (refused, deprecated) and on its value (a listed choice)."""
+    def _release_spelling(self, arg: Arg, target: Target, given: Sequence[Arg] = ()) -> list[Diagnostic]:
+        """The release's verdict on one spelling (refused, deprecated) and on its value (a listed choice).
+        `given`: the launch's arguments, whose values fill a replacement's `<flag>` placeholders."""
         args = self.reg.args
         key = (arg.spelling, target.release)
         if key not in self._verdicts:  # the same spellings recur across launches: ask the registry once
@@ -192,10 +194,19 @@ class SglangLint:
                                    alternatives=alts, fix=f"Use {alts[0]}." if alts else None))
             return found
         if status == "deprecated":
+            fix = f"Use {shown}." if shown else None
+            if not shown and sp.use:
+                # another argument replaces it (--enable-dp-attention → --attn-dp-size <dp-size>): the
+                # release's own replacement, its placeholders filled from this launch where it sets them
+                shown, replaced = self._fill(sp.use, given)
+                if arg.style != "flag":  # a config key: spelt as the file spells its keys
+                    shown = _like(shown[2:], arg.spelling)
+                alts = (shown,)
+                fix = f"Write {shown} in place of {' '.join([*replaced, arg.spelling])}."
             instead = f"use {shown}" if shown else a.help
             found.append(self.diag("NSA412", f"{arg.spelling} is a deprecated alias in {target.why} (deprecated since "
                                              f"sglang {sp.deprecated}; a later release removes it); {instead}",
-                                   arg.loc, alternatives=alts, fix=f"Use {shown}." if shown else None))
+                                   arg.loc, alternatives=alts, fix=fix))
         value = arg.value
         if listed is not None and isinstance(value, str) and not arg.unresolved and value not in listed \
                 and value in self._ever_listed(a.name):
@@ -203,6 +214,22 @@ class SglangLint:
                                              f"refuses it: invalid choice); it lists {', '.join(listed)}", arg.loc,
                                    alternatives=listed))
         return found
+
+    def _fill(self, use: str, given: Sequence[Arg]) -> tuple[str, list[str]]:
+        """`--attn-dp-size <dp-size>` with each `<flag>` replaced by the value the launch gives that
+        argument (any spelling of it: --dp 8), and the arguments so replaced as written (`--dp 8`)."""
+        replaced: list[str] = []
+
+        def value(m: re.Match) -> str:
+            hit = self.reg.args.lookup("--" + m.group(1))
+            mine = [g for g in given if hit is not None and (h := self.reg.args.lookup(g.spelling)) is not None
+                    and h[0].name == hit[0].name and not g.unresolved and g.value not in (None, True)]
+            if not mine:
+                return m.group(0)  # not set here: the placeholder says what goes there
+            replaced.append(f"{mine[-1].spelling} {mine[-1].value}")
+            return str(mine[-1].value)
+
+        return re.sub(r"<([a-z0-9-]+)>", value, use), replaced
 
     def _verdict(self, spelling: str, release: str) -> Optional[tuple[Argument, Spelling, str, Optional[str],
                                                                       Optional[tuple[str, ...]]]]:
@@ -328,7 +355,8 @@ class SglangLint:
 
     # the policy ----------------------------------------------------------------------------------
     def _policy_findings(self, launch: Launch, policy: str, config: dict, env: dict,
-                         model: Optional[ModelFacts], devices: list, by_field: dict) -> list[Diagnostic]:
+                         model: Optional[ModelFacts], devices: list, by_field: dict,
+                         release: Optional[str] = None) -> list[Diagnostic]:
         needs = rule_needs(policy)
         placeholder = next(c for c in self.catalog.device_classes if self.catalog.runs_dsa(c))
         runs = devices or [(self.catalog.device(placeholder), None)]
@@ -336,7 +364,7 @@ class SglangLint:
         out: list[Diagnostic] = []
         for dev, hint in runs:
             try:
-                facts = build_facts(config, device=dev, model=mdl, env=env, packages={})
+                facts = build_facts(config, device=dev, model=mdl, env=env, packages={}, release=release)
             except InputError as exc:  # already reported per argument; nothing left to evaluate
                 out.append(self.diag("NSA406", f"the launch's arguments cannot be evaluated: {exc}", launch.loc))
                 return out
