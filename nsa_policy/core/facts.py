@@ -123,7 +123,7 @@ class ServingConfig(Frozen):
     speculative_eagle_topk: Optional[int] = Field(default=None, ge=1)
     speculative_num_steps: Optional[int] = Field(default=None, ge=0)
     speculative_num_draft_tokens: Optional[int] = Field(default=None, ge=1)
-    # Read by the sglang compatibility bundles of later releases (SGLANG-RELEASES.md §4).
+    # Read by the sglang compatibility bundles of later releases (their arg_groups/model_hook.py).
     dcp_size: int = Field(default=1, ge=1, description="decode context parallel size (sglang 0.5.15+); 0.5.22: > 1 -> trtllm")
     enable_prefill_cp: bool = Field(default=False, description="DSA prefill context parallel (--enable-prefill-cp)")
     cp_strategy: Optional[Literal["zigzag", "interleave"]] = Field(

@@ -1,7 +1,7 @@
 """flashinfer, loaded lazily, and the exact calls the adapter makes into it.
 
 flashinfer is imported only when an adapter for a flashinfer backend is built (some releases
-crash on import with CPU-only torch; RUNTIME.md §3). The version is read from package metadata
+crash on import with CPU-only torch). The version is read from package metadata
 first, so a too-old install is refused before anything is imported. The call builders return
 plain keyword dicts, which tests check against the installed function signatures.
 """
@@ -159,7 +159,7 @@ def trtllm_sparse_call(*, query: torch.Tensor, kv_pool: torch.Tensor, workspace:
                        counter_buffer: Optional[torch.Tensor] = None,
                        extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Keyword arguments of `trtllm_batch_decode_with_kv_cache_mla` for sparse MLA, each query
-    token its own request (RUNTIME.md §3):
+    token its own request (docs/runtime.md):
 
     query [T, 1, H, 576]; kv_cache [pages, 1, page_size, D] (D = 576 elements, or 656 bytes for
     the sm12x packed layout); block_tables [T, 1, K] int32 token slots; seq_lens [T] int32 (the

@@ -1,8 +1,8 @@
 """FlashMLA through `sgl-flash-mla` (sglang's packaging of FlashMLA), loaded lazily.
 
 The `flashmla` extra installs it; its metadata asks for torch >= 2.14.1, but its kernels are
-built against torch's stable ABI and run with torch 2.11 (installed with `--no-deps`; RUNTIME.md
-§5). Its *legacy* kernels (`use_legacy=True`) keep SM90 and the DeepSeek-V3.2 576 / 656 KV
+built against torch's stable ABI and run with torch 2.11 (installed with `--no-deps`; measured on an
+H200, docs/runtime.md). Its *legacy* kernels (`use_legacy=True`) keep SM90 and the DeepSeek-V3.2 576 / 656 KV
 formats, which is what the adapter calls:
 
 * flashmla_sparse: `flash_mla_sparse_fwd(q [T, H, 576] bf16, kv [N, 1, 576] bf16,

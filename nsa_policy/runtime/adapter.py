@@ -1,4 +1,4 @@
-"""SparseMLAAdapter: feeds one resolved decision's sparse-MLA kernels (RUNTIME.md §3).
+"""SparseMLAAdapter: feeds one resolved decision's sparse-MLA kernels (docs/runtime.md).
 
 Built once from the decision; everything that can be wrong about the backend, the device, the
 KV layout or the installed flashinfer is refused at construction, never at the first call.
@@ -38,7 +38,7 @@ IMPLEMENTED = ("trtllm", "flashinfer_sparse_mla", "fa3", "flashmla_sparse", "fla
 FLASHMLA = ("flashmla_sparse", "flashmla_kv", "flashmla_auto")
 LAYOUTS = ("bf16-576", "fp8-576-per-tensor", "fp8-656-blockwise")
 # Where this adapter's own code is narrower than the catalog's cells for a backend.
-# sgl-flash-mla's legacy kernels: verified on an H200 only (RUNTIME.md §5); flashmla_sparse here reads
+# sgl-flash-mla's legacy kernels: verified on an H200 only (docs/runtime.md); flashmla_sparse here reads
 # bf16 KV only and flashmla_kv fp8 only (the catalog's dequant/requant paths are not implemented).
 ADAPTER_VERIFIED_ON = {"flashmla_sparse": ("sm90",), "flashmla_kv": ("sm90",), "flashmla_auto": ("sm90",)}
 ADAPTER_LAYOUTS = {"flashmla_sparse": ("bf16-576",), "flashmla_kv": ("fp8-656-blockwise",)}

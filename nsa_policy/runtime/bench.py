@@ -297,7 +297,7 @@ def run(spec: Spec, device_class: str) -> BenchRun:
     first = spec.decisions[spec.kv_dtypes[0]]
     heads = int(first.heads_per_rank)
     k = int(first.index_topk)
-    scale = softmax_scale_for(128, 64, 40, 1.0)  # DeepSeek-V3.2 / GLM-5's yarn mscale (RUNTIME.md §2)
+    scale = softmax_scale_for(128, 64, 40, 1.0)  # DeepSeek-V3.2 / GLM-5's yarn mscale (docs/runtime.md)
     gen = torch.Generator(device="cuda").manual_seed(0)
     pts = operating_points(spec)
     need = max(max(1, s // c) * max(c, s) if ph == "prefill" else s * c for ph, c, s in pts)

@@ -1,4 +1,5 @@
-"""fp8 KV-cache layouts (POLICY.md §5), quantise and dequantise, runnable on the CPU.
+"""fp8 KV-cache layouts (sglang mem_cache/kv_cache_configurator.py calculate_mla_kv_cache_dim),
+quantise and dequantise, runnable on the CPU.
 
 * fp8-656 blockwise (FlashMLA / flashinfer sparse on sm12x): 656 bytes per token =
   512 × e4m3 (the latent, in 4 tiles of 128) + 4 × fp32 scales (one per tile, powers of two)

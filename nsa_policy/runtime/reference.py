@@ -1,4 +1,4 @@
-"""Absorbed sparse MLA in plain torch (RUNTIME.md §2): the reference every backend must match.
+"""Absorbed sparse MLA in plain torch (docs/runtime.md): the reference every backend must match.
 
 q [T, H, 576] (512 latent + 64 rope), kv [N, 576] shared by all heads, V = kv[:, :512].
 logit[t, h, j] = scale · ⟨q[t, h], kv[I[t, j]]⟩ over valid j (I ≥ 0), softmax over j,

@@ -1,4 +1,4 @@
-"""Top-k → page-table transforms (RUNTIME.md §1): the public entry points.
+"""Top-k → page-table transforms (docs/runtime.md): the public entry points.
 
 `topk_indices` [T, K] holds request-relative token positions (−1 = unused); the result [T, K]
 int32 holds KV-pool slots, `page_table[req(t), topk[t, j]]` for 0 ≤ topk[t, j] < row length,

@@ -1,6 +1,6 @@
 """Case files as inputs, and which rules they exercise (`nsa-policy check --cases PATHS`).
 
-A case file is the shape of ../shared/spec/cases/*.yaml: `policy:` and `cases:` with `name`, `input`
+A case file is the shape of tests/cases/*.yaml: `policy:` and `cases:` with `name`, `input`
 (device, model or arch + index_topk + num_attention_heads, serving fields, `env:VAR`, `package:NAME`)
 and `expect`. Coverage counts a rule as exercised by a case when it takes effect there (emits a
 finding or sets an output the decision keeps); a rule that only matched is listed separately.

@@ -385,7 +385,7 @@ def _thresholds(topk: int) -> tuple[Value, ...]:
         cfg_value(f"{topk * 2} (flag)", dense_attn_kv_len_threshold=topk * 2),
         cfg_value("131072 (flag)", dense_attn_kv_len_threshold=131072),
         Value(label="131072 (env)", env=((env_var, "131072"),)),
-        # the DSA name alone: sglang up to 0.5.12 does not read it, 0.5.13+ read only it (SGLANG-RELEASES.md §3.3)
+        # the DSA name alone: sglang up to 0.5.12 does not read it, 0.5.13+ read only it (environ.py of each release)
         Value(label="131072 (DSA env)", env=((threshold_env_vars()[1], "131072"),)),
         # both names, different values: each release reads its own; default refuses the ambiguity (NSA004)
         Value(label=f"{topk * 2} (NSA env) + {topk // 2} (DSA env)",
@@ -406,7 +406,7 @@ EXTRAS = (
     # ROCm page size from sglang 0.5.12: 64 when aiter's preshuffle paged-MQA path is usable
     Value(label="aiter preshuffle (SGLANG_USE_AITER=1, triton 3.6.0)", env=(("SGLANG_USE_AITER", "1"),),
           packages=(("triton", "3.6.0"),)),
-    # ... disabled under the NSA name, which 0.5.12-0.5.20 read and 0.5.21 no longer does (SGLANG-RELEASES.md §2.12)
+    # ... disabled under the NSA name, which 0.5.12-0.5.20 read and 0.5.21 no longer does (0.5.21 environ.py)
     Value(label="SGLANG_NSA_HIP_DISABLE_PRESHUFFLE=1 (SGLANG_USE_AITER=1, triton 3.6.0)",
           env=(("SGLANG_USE_AITER", "1"), ("SGLANG_NSA_HIP_DISABLE_PRESHUFFLE", "1")), packages=(("triton", "3.6.0"),)),
     # flag spellings the releases judge: deprecated from 0.5.13, refused from 0.5.20; added in 0.5.22
@@ -426,7 +426,7 @@ EXTRAS = (
 )
 
 
-# Model variants and serving options the later sglang releases read (SGLANG-RELEASES.md §4): attention
+# Model variants and serving options the later sglang releases read (their arg_groups/model_hook.py): attention
 # sinks (HYV4), pooled index pages, top-k sharing, a NextN draft architecture as the main model; decode and
 # prefill context parallel, two-batch overlap.
 def _model_variants(topk: int) -> tuple[Value, ...]:

@@ -25,11 +25,12 @@ VLLM_INVARIANTS = {
 }
 
 
-# The KV layout each stored vLLM dtype has (VLLM.md §1.1, §1.2, §1.7).
+# The KV layout each stored vLLM dtype has (vllm v1/attention/backends/mla/flashmla_sparse.py,
+# flashinfer_mla_sparse.py, rocm_aiter_mla_sparse.py).
 _LAYOUTS = {"auto": "bf16-576", "bfloat16": "bf16-576", "float16": "fp16-576", "fp8": "fp8-576-per-tensor",
             "fp8_e4m3": "fp8-576-per-tensor", "fp8_ds_mla": "fp8-656-blockwise",
             "nvfp4_ds_mla": "nvfp4-352-blockwise"}
-# The model hooks of VLLM.md §0 step 2, for an explicit --kv-cache-dtype (auto is not an explicit choice).
+# vLLM's model hooks (model_executor/models/config.py:74-116), for an explicit --kv-cache-dtype (auto is not an explicit choice).
 _HOOKED = {("DeepseekV32ForCausalLM", "bfloat16"): "auto"}
 
 Violation = tuple[str, str, str]
