@@ -456,6 +456,8 @@ SERVING_VARIANTS = (
     cfg_value("two-batch overlap", enable_two_batch_overlap=True),
     # 16 heads per rank for a 128-head model: triton_sparse_mla's index_kpool check is reached
     cfg_value("tp_size 8", tp_size=8),
+    # a threshold set under decode context parallel, which turns dense MHA one-shot off (NSA203 notes it)
+    cfg_value("dcp_size 2 with threshold 1024 (flag)", dcp_size=2, dense_attn_kv_len_threshold=1024),
 )
 
 

@@ -30,20 +30,11 @@ from docs.doc_blocks import (
 ALL = [b for f in doc_files() for b in blocks(f)]
 EXAMPLES = [b for b in ALL if b.kind is not None]
 RUNNABLE = [b for b in EXAMPLES if b.not_run is None]
-# Pages another engineer is rewriting at the time of writing: their examples run and are reported
-# (xfail when they fail, xpass when they pass) instead of failing CI; remove the entry once they land.
-PENDING = {"docs/default-policy-changes.md": "being rewritten by its owner; it still cites the spec files",
-           "docs/lint.md": "its examples lint a deploy/ folder the page does not ship yet (issue 24, deliverable 5)",
-           "docs/plugins.md": "its launch example needs a local GPU (device auto); to be marked or given --device"}
 
 
 def _params() -> list:
-    out = []
-    for b in RUNNABLE:
-        rel = str(b.path.relative_to(REPO))
-        marks = [pytest.mark.xfail(reason=PENDING[rel], strict=False)] if rel in PENDING else []
-        out.append(pytest.param(b, id=b.where, marks=marks))
-    return out
+    # every runnable example must pass: none is let off as pending (mark it not-run, with the reason)
+    return [pytest.param(b, id=b.where) for b in RUNNABLE]
 
 
 def _workdir(tmp_path: Path) -> Path:
@@ -192,10 +183,7 @@ def test_every_dotted_name_the_docs_give_imports() -> None:
 
 
 def _cite_params() -> list:
-    return [pytest.param(f, id=str(f.relative_to(REPO)),
-                         marks=[pytest.mark.xfail(reason=PENDING[str(f.relative_to(REPO))], strict=False)]
-                         if str(f.relative_to(REPO)) in PENDING else [])
-            for f in doc_files()]
+    return [pytest.param(f, id=str(f.relative_to(REPO))) for f in doc_files()]
 
 
 @pytest.mark.parametrize("page", _cite_params())
