@@ -98,7 +98,7 @@ cases:
     input: {device: h200, model: deepseek-ai/DeepSeek-V3.2}
     expect: {rules: [kv.blackwell-fp8, kv.hoper-bf16], codes: [NSA203], absent_codes: [NSA203]}
   - name: mi300x
-    input: {device: mi355x, model: deepseek-ai/DeepSeek-V3.2, kv_cache_dtype: fp8_e4m3}
+    input: {device: mi355x, model: deepseek-ai/DeepSeek-V3.2, kv_cache_dtype: fp8_e4m3, dense_attn_kv_len_threshold: 1024}
     expect: {absent_codes: [NSA203]}
 """})
     report = json.loads(cli("--policy", str(folder), "--json").stdout)
@@ -114,7 +114,8 @@ cases:
 def _rule_of(code: str, device: str) -> str:
     from nsa_policy import build_facts, decide
 
-    d = decide(build_facts({"kv_cache_dtype": "fp8_e4m3"}, device=device, model="deepseek-ai/DeepSeek-V3.2", env={}))
+    d = decide(build_facts({"kv_cache_dtype": "fp8_e4m3", "dense_attn_kv_len_threshold": 1024}, device=device,
+                           model="deepseek-ai/DeepSeek-V3.2", env={}))  # NSA203 needs a threshold set
     return next(f.rule for f in d.findings if f.code == code)
 
 
