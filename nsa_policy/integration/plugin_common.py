@@ -261,7 +261,8 @@ def check_rank(*, engine: str, rank: int, cuda_index: Optional[int], current: Mo
         return None
     if current == "enforce":
         raise PluginRefused(message, decision)
-    logger.error("%s [decision_id %s]", message, decision_id(env, create=False))
+    logger.error("%s\n  (NSA_POLICY=%s: reported, this rank starts; enforce refuses) [decision_id %s]",
+                 message, current, decision_id(env, create=False))
     return message
 
 

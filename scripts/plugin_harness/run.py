@@ -15,8 +15,10 @@
 4. --write records benchmarks/results/plugins/<engine>-<release>.json (summary, every failed check)
    and tests/data/plugins/<engine>-<release>.jsonl (what the plugin read and decided, what the engine
    resolved: replayed by tests/plugins/test_replay.py without the engines).
-Side environments: scripts/sglang_oracle/build_envs.sh (SGENV=$PLUGIN_ENV/sgenv) and the vLLM venv of
-scripts/vllm_oracle/README.md at $PLUGIN_ENV/vllmenv.
+Side environments: scripts/sglang_oracle/build_envs.sh (SGENV, default $PLUGIN_ENV/sgenv; the
+release envs are only read, so a shared build such as /work/sgenv serves) and the vLLM venv of
+scripts/vllm_oracle/README.md (VLLMENV, default $PLUGIN_ENV/vllmenv). PLUGIN_ENV is where this
+checkout's wheel is installed: give each checkout its own (another checkout's run replaces it).
 """
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ from datetime import datetime, timezone
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "scripts", "plugin_harness")
 ENV_ROOT = os.environ.get("PLUGIN_ENV", "/work/plugins-env")
+SGENV = os.environ.get("SGENV", os.path.join(ENV_ROOT, "sgenv"))
+VLLMENV = os.environ.get("VLLMENV", os.path.join(ENV_ROOT, "vllmenv"))
 MODES = ("off", "audit", "fill", "enforce")
 
 
@@ -133,13 +137,13 @@ def side(engine: str, release: str, nsa: str) -> tuple[str, dict[str, str], str]
     """(python, environment, allow-list variable) of the side environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NSA_POLICY", "SGLANG_", "VLLM_"))}
     if engine == "sglang":
-        envs = json.load(open(os.path.join(ENV_ROOT, "sgenv", "envs.json")))
+        envs = json.load(open(os.path.join(SGENV, "envs.json")))
         if release not in envs:
-            sys.exit(f"sglang {release}: no side environment in {ENV_ROOT}/sgenv (have {sorted(envs)})")
+            sys.exit(f"sglang {release}: no side environment in {SGENV} (have {sorted(envs)})")
         env["PYTHONPATH"] = os.pathsep.join([nsa, *envs[release]["pythonpath"]])
         return envs[release]["python"], env, "SGLANG_PLUGINS"
     env["PYTHONPATH"] = nsa
-    return os.path.join(ENV_ROOT, "vllmenv", "bin", "python"), env, "VLLM_PLUGINS"
+    return os.path.join(VLLMENV, "bin", "python"), env, "VLLM_PLUGINS"
 
 
 def run_side(engine: str, release: str, nsa: str, grid: list[dict], modes: tuple[str, ...], allow: str) -> list[dict]:

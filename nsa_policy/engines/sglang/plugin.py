@@ -132,7 +132,7 @@ def decide(fields: dict[str, Any], model: Any, *, env: Optional[dict[str, str]] 
            sglang_version: Optional[str] = None) -> tuple[Any, Any]:
     """(Applied or None when rejected, Decision): what fill writes into `fields` (a dict the caller owns)
     and which threshold variable it sets. The same call in every mode; CI replays it on recorded fields."""
-    from nsa_policy.startup import StartupRejected, apply
+    from nsa_policy.integration.startup import StartupRejected, apply  # not nsa_policy.startup: all of it (cold start)
 
     env = dict(os.environ) if env is None else env
     try:

@@ -165,7 +165,7 @@ _INPUTS: dict[str, Any] = {}  # what process 0's last decision was made from, ex
 def decide(engine_args: Any, env: Optional[dict[str, str]] = None, model: Any = None) -> tuple[Any, Any]:
     """(Applied or None when rejected, Decision): apply_vllm on `engine_args` (written in place unless
     rejected). The same call in every mode; CI replays it on recorded fields."""
-    from nsa_policy.startup import StartupRejected, apply_vllm
+    from nsa_policy.engines.vllm.startup import StartupRejected, apply_vllm  # only the vLLM part (cold start)
 
     try:
         applied = apply_vllm(engine_args, policy=pc.bundle(env), device=pc.device(env), model=model,
