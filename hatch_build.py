@@ -23,11 +23,15 @@ class RulesSnapshotHook(BuildHookInterface):
         sys.path.insert(0, self.root)
         try:
             from nsa_policy.base.rules_snapshot import build
+            from nsa_policy.base.yaml_lines import parse_yaml
         finally:
             sys.path.remove(self.root)
+        rules = Path(self.root) / "rules"
+        parsed = {path.relative_to(rules).as_posix(): (path.read_bytes(), parse_yaml(path))
+                  for path in sorted(rules.rglob("*.yaml"))}
         fd, self._snapshot = tempfile.mkstemp(suffix=".pickle")
         with os.fdopen(fd, "wb") as fh:
-            fh.write(build(Path(self.root) / "rules"))
+            fh.write(build(parsed))
         build_data["force_include"][self._snapshot] = "nsa_policy/_rules_snapshot.pickle"
 
     def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:

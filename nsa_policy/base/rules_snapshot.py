@@ -20,15 +20,11 @@ MISS = object()  # no usable entry: parse the file
 _loaded: list[Optional[dict[str, tuple[str, bytes]]]] = []
 
 
-def build(rules: Path) -> bytes:
-    """The snapshot of every .yaml under `rules` (the checkout's rules/), parsed by load_yaml."""
-    from nsa_policy.base.yaml_lines import parse_yaml
-
-    files = {}
-    for path in sorted(rules.rglob("*.yaml")):
-        raw = path.read_bytes()
-        files[path.relative_to(rules).as_posix()] = (hashlib.sha256(raw).hexdigest(),
-                                                     pickle.dumps(parse_yaml(path), protocol=4))
+def build(parsed: dict[str, tuple[bytes, Any]]) -> bytes:
+    """The snapshot of `parsed`: path under rules/ -> (the file's bytes, load_yaml's value). The wheel build
+    (hatch_build.py) parses with yaml_lines.parse_yaml; this module does not import it (the loader imports this)."""
+    files = {key: (hashlib.sha256(raw).hexdigest(), pickle.dumps(value, protocol=4))
+             for key, (raw, value) in sorted(parsed.items())}
     return pickle.dumps({"format": FORMAT, "files": files}, protocol=4)
 
 
