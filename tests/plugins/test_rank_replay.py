@@ -12,11 +12,23 @@ import pytest
 
 from nsa_policy.engines.sglang import plugin as sglang_plugin
 from nsa_policy.engines.vllm import plugin as vllm_plugin
-from nsa_policy.integration.fleet import agreement_digest
+from nsa_policy.integration.fleet import agreement_digest, agreement_view, view_digest
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "plugins"
 FILES = sorted(RESULTS.glob("rank-*.json"))
-DECIDE = {"sglang": sglang_plugin.decide_from_inputs, "vllm": vllm_plugin.decide_from_inputs}
+def _digest(engine: str, inputs: dict, device: str, tmp_path: Path) -> str:
+    if engine == "sglang":  # the exported inputs hold the model's config itself
+        return agreement_digest(sglang_plugin.decide_from_inputs(inputs, device))
+    # vLLM's process 0 exported the path it read (a temp dir of the recording, gone): the same config.json
+    # in a folder here, and the decision's model named as process 0 named it (the view holds the path)
+    folder = tmp_path / Path(inputs["fields"]["model"]).name
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(inputs["model"]))
+    decision = vllm_plugin.decide_from_inputs({**inputs, "model": None, "fields": {**inputs["fields"], "model": str(folder)}},
+                                              device)
+    view = agreement_view(decision)
+    assert view["model"] == str(folder)
+    return view_digest({**view, "model": inputs["fields"]["model"]})
 
 
 def test_both_engines_recorded():
@@ -25,21 +37,20 @@ def test_both_engines_recorded():
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
-def test_rank_run_replays(path):
+def test_rank_run_replays(path, tmp_path):
     result = json.loads(path.read_text())
     assert result["failures"] == []
-    decide = DECIDE[result["engine"]]
+    engine = result["engine"]
     outcomes = set()
     for case in result["cases"]:
         inputs = case["inputs"]
         assert inputs, case["case"]
-        parent_digest = agreement_digest(decide(inputs, case["parent_device"]))
+        parent_digest = _digest(engine, inputs, case["parent_device"], tmp_path)
         ranks = [e for e in case["log"] if e["status"] == "rank_check"]
         assert len(ranks) == case["case"]["tp"]
         for entry in ranks:
             assert entry["parent_digest"] == parent_digest
-            mine = decide(inputs, entry["device"])
-            assert agreement_digest(mine) == entry["digest"], entry
+            assert _digest(engine, inputs, entry["device"], tmp_path) == entry["digest"], entry
             assert entry["agreement"] == ("agrees" if entry["digest"] == parent_digest else "disagrees")
             refused = case["ranks"][str(entry["rank"])]["refused_by_plugin"]
             assert refused == (entry["agreement"] == "disagrees" and case["case"]["mode"] == "enforce")
