@@ -56,37 +56,18 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequence)
 
 
-def _shipped_dir(path: Path) -> Path | None:
-    """The shipped rules folder when `path` is inside it, else None."""
+def _shipped(path: Path) -> bool:
     from nsa_policy.base.paths import packaged_rules_dir
 
     shipped = packaged_rules_dir()
-    return shipped if shipped is not None and Path(path).resolve().is_relative_to(shipped) else None
+    return shipped is not None and Path(path).resolve().is_relative_to(shipped)
 
 
 def load_yaml(path: Path) -> Any:
-    """A rule, catalog or test file: a regular UTF-8 file within the size, depth and alias limits.
-    A shipped file whose bytes the wheel's snapshot recorded is not parsed again (base.rules_snapshot)."""
-    shipped = _shipped_dir(path)
-    from nsa_policy.base import rules_snapshot
-
-    if shipped is not None and rules_snapshot.available():
-        from nsa_policy.base.safe_io import read_bytes
-
-        try:
-            hit = rules_snapshot.lookup(path, read_bytes(path, field=str(path)), shipped)
-        except UnsafeInput:
-            hit = rules_snapshot.MISS  # parse_yaml reports it
-        if hit is not rules_snapshot.MISS:
-            return hit
-    return parse_yaml(path, shipped is not None)
-
-
-def parse_yaml(path: Path, shipped: bool = False) -> Any:
-    """load_yaml without the snapshot: read, check (unless shipped) and parse with line numbers."""
+    """A rule, catalog or test file: a regular UTF-8 file within the size, depth and alias limits."""
     try:
         text = read_text(path, field=str(path))
-        if not shipped:  # the wheel's own rules are part of the program; anything else is input
+        if not _shipped(path):  # the wheel's own rules are part of the program; anything else is input
             check_yaml_text(text, str(path), field=str(path))
             check_digits(text, str(path), field=str(path))
     except UnsafeInput as exc:

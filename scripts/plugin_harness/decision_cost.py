@@ -2,8 +2,9 @@
 
     python scripts/plugin_harness/decision_cost.py N [--json OUT]
 
-Runs with the nsa_policy on sys.path (an installed wheel: its bytecode compiled, its rules snapshot if
-it has one). Each sample is a fresh process that imports what both engines have imported before they
+Runs with the nsa_policy on sys.path (an installed wheel: its bytecode compiled; its validated rule
+snapshots, base/snapshot.py, written by the first process and used by the rest, unless
+NSA_POLICY_NO_SNAPSHOT=1). Each sample is a fresh process that imports what both engines have imported before they
 load plugins (pydantic, PyYAML, importlib.metadata), then times, CPU and wall: the plugin's decide()
 on a recorded input (tests/data/plugins: sglang 0.5.23, vLLM 0.33.0), and a second decide() in the
 same process. Also a bare `import pydantic, yaml` process, for scale. Prints one JSON object.
@@ -59,10 +60,9 @@ def main() -> None:
                                check=True, cwd="/")
             samples[engine].append(json.loads(p.stdout.strip().splitlines()[-1]))
     import nsa_policy
-    from nsa_policy.base import rules_snapshot
 
     out: dict = {"python": sys.version.split()[0], "nsa_policy": os.path.dirname(nsa_policy.__file__),
-                 "rules_snapshot": rules_snapshot.available(), "processes": n, "cpus": os.cpu_count(),
+                 "snapshots": os.environ.get("NSA_POLICY_NO_SNAPSHOT") != "1", "processes": n, "cpus": os.cpu_count(),
                  "loadavg_before": [round(x, 2) for x in load]}
     for engine, rows in samples.items():
         keys = ("bare",) if engine == "bare" else ("first", "second")

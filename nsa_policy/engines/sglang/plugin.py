@@ -132,7 +132,7 @@ def decide(fields: dict[str, Any], model: Any, *, env: Optional[dict[str, str]] 
            sglang_version: Optional[str] = None) -> tuple[Any, Any]:
     """(Applied or None when rejected, Decision): what fill writes into `fields` (a dict the caller owns)
     and which threshold variable it sets. The same call in every mode; CI replays it on recorded fields."""
-    from nsa_policy.integration.startup import StartupRejected, apply  # not nsa_policy.startup: all of it (cold start)
+    from nsa_policy.engines.sglang.startup import StartupRejected, apply  # not nsa_policy.startup: all of it (cold start)
 
     env = dict(os.environ) if env is None else env
     try:
@@ -340,9 +340,9 @@ RENDEZVOUS = ("dist_init_addr", "nnodes")  # the same on every node of one deplo
 
 def _inputs(model: Any, view: Any) -> dict[str, Any]:
     """What a rank process needs to decide again as this one did (before fill writes anything)."""
-    from nsa_policy.core.facts import DSA_ENV_VARS, THRESHOLD_ENV_VARS
+    from nsa_policy.engines.sglang.env import variables
 
-    env = {k: os.environ[k] for k in (*DSA_ENV_VARS, *THRESHOLD_ENV_VARS) if k in os.environ}
+    env = {k: os.environ[k] for k in variables() if k in os.environ}
     return {"fields": dict(_READ), "model": model if isinstance(model, dict) else None, "env": env,
             "bundle": pc.bundle(), "release": _sglang_release()}
 
