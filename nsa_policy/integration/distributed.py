@@ -14,7 +14,7 @@ all ranks of a node use GPU 0 and the gather hangs or fails. gloo needs nothing.
 from __future__ import annotations
 
 import socket
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from pydantic import Field
 
@@ -76,32 +76,37 @@ def rank_decision(decision: Decision, rank: int, host: Optional[str] = None) -> 
                         view=view)
 
 
-def _ranks(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+def _ranks(ranks: list[int], names: Optional[Mapping[int, str]] = None) -> str:
+    named = [names[r] for r in ranks if names and r in names]
+    plain = [r for r in ranks if not (names and r in names)]
+    text = (("rank " if len(plain) == 1 else "ranks ") + ", ".join(map(str, plain))) if plain else ""
+    return ", ".join([*named, text] if text else named)
 
 
-def disagreement_message(records: list[RankDecision]) -> str:
-    """The one message every rank raises: the decisions, their ranks and devices, the fields that split them."""
+def disagreement_message(records: list[RankDecision], names: Optional[Mapping[int, str]] = None) -> str:
+    """The one message every rank raises: the decisions, their ranks and devices, the fields that split them.
+    names: a label for a record that is not a rank (the plugins' starting process)."""
     records = sorted(records, key=lambda r: r.rank)
     groups: dict[str, list[RankDecision]] = {}
     for r in records:
         groups.setdefault(r.digest, []).append(r)
-    lines = [f"nsa-policy: the {len(records)} ranks disagree on the DSA decision "
+    who = "processes" if names and any(r.rank in names for r in records) else "ranks"
+    lines = [f"nsa-policy: the {len(records)} {who} disagree on the DSA decision "
              f"({len(groups)} distinct decisions); refusing to serve with mismatched attention settings"]
     for n, (digest, members) in enumerate(groups.items(), start=1):
         devices = sorted({m.label for m in members})
-        lines.append(f"  decision {n} (digest {digest}) on {_ranks([m.rank for m in members])}: {'; '.join(devices)}")
+        lines.append(f"  decision {n} (digest {digest}) on {_ranks([m.rank for m in members], names)}: {'; '.join(devices)}")
     fields = split_fields([r.view for r in records])
     lines.append("  fields that differ:")
-    split = [(_ranks([r.rank for r in g]), g[0].view) for g in groups.values()]
+    split = [(_ranks([r.rank for r in g], names), g[0].view) for g in groups.values()]
     lines.extend("    " + line for line in describe_split(split, fields))
     policies = {(r.policy, r.policy_digest) for r in records}
     if len(policies) > 1:
         lines.append("  policies differ too: " + "; ".join(
-            f"{name} ({digest}) on {_ranks([r.rank for r in records if (r.policy, r.policy_digest) == (name, digest)])}"
+            f"{name} ({digest}) on {_ranks([r.rank for r in records if (r.policy, r.policy_digest) == (name, digest)], names)}"
             for name, digest in sorted(policies)))
-    names = list(dict.fromkeys(r.device for r in records))  # rank order, each once
-    lines.append(f"  check offline with: nsa-policy resolve --device {','.join(names)} …; "
+    devices_seen = list(dict.fromkeys(r.device for r in records))  # rank order, each once
+    lines.append(f"  check offline with: nsa-policy resolve --device {','.join(devices_seen)} …; "
                  "serve one device class per deployment, or set the differing fields explicitly to values valid on every device")
     return "\n".join(lines)
 

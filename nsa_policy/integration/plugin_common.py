@@ -11,16 +11,20 @@ Variables (read when the engine resolves its arguments, not at import):
   NSA_POLICY_DEVICE   "auto" (default: this rank's GPU, as integration.discovery reads it) or a
                       catalog device name / capability spec (for a node NVML cannot read)
   NSA_POLICY_LOG      decision-log file each process appends its decision to (docs/decision-log.md)
-  NSA_POLICY_DECISION_ID  the id shared by the processes of one start-up; the first process that
-                      decides sets it (uuid4) and its subprocesses inherit it; set it yourself to
-                      share one id across nodes.
+  NSA_POLICY_DECISION_ID  the id shared by the processes of one start-up. Unset, the process that
+                      decides derives it from the deployment (deployment_id: the engine, its release,
+                      the policy inputs it read and the rendezvous address), so every node of one
+                      multi-node deployment derives the same id; its subprocesses inherit it.
+  NSA_POLICY_DECISION_VIEW  set by the plugin, not by the user: the deciding process's agreement view
+                      and inputs, for the rank processes it starts (check_rank).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
 
@@ -73,16 +77,40 @@ def device(env: Optional[Mapping[str, str]] = None) -> str:
     return str(env.get(DEVICE_VAR, "")).strip() or "auto"
 
 
-def decision_id(env: Optional[Mapping[str, str]] = None, *, create: bool = True) -> Optional[str]:
-    """The start-up's decision id: inherited, or created here (and exported so that subprocesses share it)."""
+def decision_id(env: Optional[Mapping[str, str]] = None, *, create: bool = True,
+                seed: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """The start-up's decision id: the user's or the inherited one, else derived here from `seed`
+    (deployment_id) and exported, so that subprocesses share it."""
     target = os.environ if env is None else env
     found = str(target.get(DECISION_ID_VAR, "")).strip()
     if found or not create:
         return found or None
-    new = uuid.uuid4().hex
+    new = deployment_id(seed or {})
     if isinstance(target, dict) or target is os.environ:
         target[DECISION_ID_VAR] = new
     return new
+
+
+# per-node arguments: equal deployments differ in these from node to node
+PER_NODE = frozenset({"node_rank", "host", "port", "random_seed", "data_parallel_rank", "data_parallel_start_rank",
+                      "data_parallel_rank_local", "headless"})
+
+
+def deployment_id(seed: Mapping[str, Any]) -> str:
+    """A decision id every node of one deployment derives alike, with no message between them: a hash of
+    the engine, its release, the policy inputs read (normalised: sorted, JSON) and the rendezvous
+    address (sglang --dist-init-addr/--nnodes, vLLM --master-addr/--data-parallel-address, MASTER_ADDR).
+    Per-node arguments (PER_NODE) are left out. The same arguments on a restart give the same id:
+    set NSA_POLICY_DECISION_ID (e.g. job name and attempt) to tell restarts apart."""
+    def norm(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            return {str(k): norm(x) for k, x in v.items() if str(k) not in PER_NODE}
+        if isinstance(v, (list, tuple)):
+            return [norm(x) for x in v]
+        return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+    text = json.dumps(norm(seed), sort_keys=True, separators=(",", ":"))
+    return "dep-" + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def rank_context(env: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
@@ -150,13 +178,30 @@ def log_decision(decision: Decision, *, engine: str, current: Mode, context: Map
             "nsa-policy plugin: decision not logged to %s=%s: %s", LOG_VAR, path, exc)
 
 
-def export_view(decision: Decision, env: Optional[Mapping[str, str]] = None) -> None:
-    """Leave this decision's agreement view for the subprocesses this process starts."""
+def export_view(decision: Decision, env: Optional[Mapping[str, str]] = None, *,
+                inputs: Optional[Mapping[str, Any]] = None) -> None:
+    """Leave this decision's agreement view, and the inputs it was made from (`inputs`: what the
+    engine's check_rank needs to decide again), for the rank processes this process starts."""
     from nsa_policy.integration.distributed import rank_decision
 
     target = os.environ if env is None else env
     if isinstance(target, dict) or target is os.environ:
-        target[VIEW_VAR] = rank_decision(decision, 0).model_dump_json()
+        target[VIEW_VAR] = json.dumps({"pid": os.getpid(), "view": rank_decision(decision, PARENT_RANK).model_dump(mode="json"),
+                                       "inputs": dict(inputs or {})}, sort_keys=True, default=str)
+
+
+PARENT_RANK = -1  # the deciding process in the agreement message ("the starting process"), not a rank
+PARENT_NAMES = {PARENT_RANK: "the starting process"}
+
+
+def parent_view(env: Optional[Mapping[str, str]] = None) -> Optional[dict[str, Any]]:
+    """What the deciding process exported ({pid, view, inputs}), or None where it exported nothing."""
+    env = os.environ if env is None else env
+    raw = str(env.get(VIEW_VAR, "")).strip()
+    if not raw:
+        return None
+    found = json.loads(raw)
+    return found if isinstance(found, dict) and "view" in found else None
 
 
 def compare_with_parent(decision: Decision, rank: int, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
@@ -164,15 +209,61 @@ def compare_with_parent(decision: Decision, rank: int, env: Optional[Mapping[str
     agreement check's message (integration.distributed.disagreement_message)."""
     from nsa_policy.integration.distributed import RankDecision, disagreement_message, rank_decision
 
-    env = os.environ if env is None else env
-    raw = str(env.get(VIEW_VAR, "")).strip()
-    if not raw:
+    found = parent_view(env)
+    if found is None:
         return None
-    parent = RankDecision.model_validate_json(raw)
+    parent = RankDecision.model_validate(found["view"])
     mine = rank_decision(decision, rank)
     if mine.digest == parent.digest:
         return None
-    return disagreement_message([parent, mine])
+    return disagreement_message([parent, mine], names=PARENT_NAMES)
+
+
+def rank_device(cuda_index: Optional[int], env: Optional[Mapping[str, str]] = None) -> str:
+    """The device a rank process decides on: its own CUDA device through NVML (auto:N), or the
+    NSA_POLICY_DEVICE the user named for every rank."""
+    chosen = device(env)
+    if chosen == "auto" and cuda_index is not None:
+        return f"auto:{int(cuda_index)}"
+    return chosen
+
+
+def check_rank(*, engine: str, rank: int, cuda_index: Optional[int], current: Mode,
+               decide_on: Callable[[Mapping[str, Any], str], Any], logger: logging.Logger,
+               context: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """In a process the engine started for one rank (sglang's scheduler, vLLM's worker): decide again
+    from the starting process's inputs on this rank's own GPU, log that decision (shared decision id,
+    this rank), and compare it with the starting process's. Returns the disagreement message (logged
+    as an error) or None; in enforce a disagreement raises PluginRefused with it. Nothing is done where
+    the starting process exported no decision (plugin off there, or it could not decide).
+
+    decide_on(inputs, device) -> Decision is the engine plugin's own decide() on the exported inputs."""
+    env = os.environ if env is None else env
+    found = parent_view(env)
+    if found is None:
+        return None
+    timer = Timer()
+    chosen = rank_device(cuda_index, env)
+    decision = decide_on(found.get("inputs") or {}, chosen)
+    message = compare_with_parent(decision, rank, env)
+    timer.stop()
+    from nsa_policy.integration.fleet import agreement_digest
+
+    log_decision(decision, engine=engine, current=current, env=env, logger=logger, context={
+        "status": "rank_check", "rank": rank, "cuda_index": cuda_index, "device_asked": chosen,
+        "agreement": "disagrees" if message else "agrees", "digest": agreement_digest(decision),
+        "parent_digest": found["view"].get("digest"), "parent_pid": found.get("pid"), "plugin_ms": timer.ms(),
+        **dict(context or {})})
+    if message is None:
+        logger.info("nsa-policy %s rank %s (%s %s): agrees with the starting process (digest %s) [decision_id %s]",
+                    current, rank, decision.device, decision.device_class, agreement_digest(decision),
+                    decision_id(env, create=False))
+        return None
+    if current == "enforce":
+        raise PluginRefused(message, decision)
+    logger.error("%s\n  (NSA_POLICY=%s: reported, this rank starts; enforce refuses) [decision_id %s]",
+                 message, current, decision_id(env, create=False))
+    return message
 
 
 def differences(decided: Mapping[str, Any], engine: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

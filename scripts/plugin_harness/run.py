@@ -15,8 +15,10 @@
 4. --write records benchmarks/results/plugins/<engine>-<release>.json (summary, every failed check)
    and tests/data/plugins/<engine>-<release>.jsonl (what the plugin read and decided, what the engine
    resolved: replayed by tests/plugins/test_replay.py without the engines).
-Side environments: scripts/sglang_oracle/build_envs.sh (SGENV=$PLUGIN_ENV/sgenv) and the vLLM venv of
-scripts/vllm_oracle/README.md at $PLUGIN_ENV/vllmenv.
+Side environments: scripts/sglang_oracle/build_envs.sh (SGENV, default $PLUGIN_ENV/sgenv; the
+release envs are only read, so a shared build such as /work/sgenv serves) and the vLLM venv of
+scripts/vllm_oracle/README.md (VLLMENV, default $PLUGIN_ENV/vllmenv). PLUGIN_ENV is where this
+checkout's wheel is installed: give each checkout its own (another checkout's run replaces it).
 """
 from __future__ import annotations
 
@@ -31,10 +33,13 @@ import sys
 import tempfile
 import time
 from datetime import datetime, timezone
+from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "scripts", "plugin_harness")
 ENV_ROOT = os.environ.get("PLUGIN_ENV", "/work/plugins-env")
+SGENV = os.environ.get("SGENV", os.path.join(ENV_ROOT, "sgenv"))
+VLLMENV = os.environ.get("VLLMENV", os.path.join(ENV_ROOT, "vllmenv"))
 MODES = ("off", "audit", "fill", "enforce")
 
 
@@ -133,13 +138,13 @@ def side(engine: str, release: str, nsa: str) -> tuple[str, dict[str, str], str]
     """(python, environment, allow-list variable) of the side environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NSA_POLICY", "SGLANG_", "VLLM_"))}
     if engine == "sglang":
-        envs = json.load(open(os.path.join(ENV_ROOT, "sgenv", "envs.json")))
+        envs = json.load(open(os.path.join(SGENV, "envs.json")))
         if release not in envs:
-            sys.exit(f"sglang {release}: no side environment in {ENV_ROOT}/sgenv (have {sorted(envs)})")
+            sys.exit(f"sglang {release}: no side environment in {SGENV} (have {sorted(envs)})")
         env["PYTHONPATH"] = os.pathsep.join([nsa, *envs[release]["pythonpath"]])
         return envs[release]["python"], env, "SGLANG_PLUGINS"
     env["PYTHONPATH"] = nsa
-    return os.path.join(ENV_ROOT, "vllmenv", "bin", "python"), env, "VLLM_PLUGINS"
+    return os.path.join(VLLMENV, "bin", "python"), env, "VLLM_PLUGINS"
 
 
 def run_side(engine: str, release: str, nsa: str, grid: list[dict], modes: tuple[str, ...], allow: str) -> list[dict]:
@@ -186,6 +191,27 @@ def decided_vs_engine(engine: str, decision: dict, run: dict) -> dict:
             "page_size": (decision["page_size"], r.get("block_size"))}
 
 
+# Where a release overwrites a filled value itself, after the plugin's seam, whatever was set: fill cannot
+# (and should not) make it run the decision; audit reports the difference. Read from the wheels.
+ENGINE_OVERRIDES = (
+    {"release": "0.5.12", "field": "dense_attn_kv_len_threshold", "engine": "0", "model": "glm5",
+     "devices": ("sm100", "sm120"),
+     "evidence": "sglang 0.5.12 srt/server_args.py ServerArgs._handle_model_specific_adjustments (run by __post_init__ "
+                 "after the plugin's BEFORE hook): GlmMoeDsaForCausalLM and is_blackwell_supported() -> "
+                 "envs.SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD.set(0), 'Force NSA prefill to use sparse MLA "
+                 "(i.e. disable MHA_ONE_SHOT)', over any value the variable had; not in 0.5.13-0.5.18"},
+)
+
+
+def engine_override(release: str, item: dict, diff: dict) -> Optional[dict]:
+    """The ENGINE_OVERRIDES entry that explains every field of `diff`, if one does."""
+    for o in ENGINE_OVERRIDES:
+        if (o["release"] == release and item.get("model") == o["model"] and item.get("device") in o["devices"]
+                and set(diff) == {o["field"]} and str(diff[o["field"]][1]) == o["engine"]):
+            return o
+    return None
+
+
 # sglang releases where no seam fits (docs/plugins.md): the plugin must leave every mode as the engine alone
 NO_SEAM = ("0.5.19",)
 
@@ -204,7 +230,7 @@ def check_no_seam(engine: str, grid: list[dict], base: list[dict], runs: list[di
                        "no_seam": True}, "failures": failures, "plugin_ms_in_process": {}, "replay": [], "models": {}}
 
 
-def check(engine: str, grid: list[dict], base: list[dict], runs: list[dict]) -> dict:
+def check(engine: str, grid: list[dict], base: list[dict], runs: list[dict], release: str = "") -> dict:
     by = {(r["id"], r["mode"]): r for r in runs}
     baseline = {r["id"]: r for r in base}
     failures: list[dict] = []
@@ -212,6 +238,7 @@ def check(engine: str, grid: list[dict], base: list[dict], runs: list[dict]) -> 
               "fill_engine_refused_accepted_decision": 0, "rejected_decisions": 0, "enforce_refused": 0,
               "not_applicable": 0}
     replay: list[dict] = []
+    known: list[dict] = []  # the release overwrote a filled value after the seam (ENGINE_OVERRIDES)
     models: dict[str, dict] = {}
     plugin_ms: list[float] = []
     for item in grid:
@@ -247,7 +274,11 @@ def check(engine: str, grid: list[dict], base: list[dict], runs: list[dict]) -> 
                 failures.append({"id": i, "mode": "fill", "check": "engine accepts the decision", "error": fill["error"]})
             else:
                 diff = {k: v for k, v in decided_vs_engine(engine, decision, fill).items() if _norm(v[0]) != _norm(v[1])}
-                if diff:
+                override = engine_override(release, item, diff) if diff else None
+                if override is not None:
+                    counts["fill_engine_overrode_after_seam"] = counts.get("fill_engine_overrode_after_seam", 0) + 1
+                    known.append({"id": i, "diff": diff, "evidence": override["evidence"]})
+                elif diff:
                     failures.append({"id": i, "mode": "fill", "check": "engine resolves to the decision", "diff": diff})
                 else:
                     counts["fill_equal"] += 1
@@ -283,7 +314,8 @@ def check(engine: str, grid: list[dict], base: list[dict], runs: list[dict]) -> 
               "median_ms": plugin_ms[len(plugin_ms) // 2] if plugin_ms else None,
               "p95_ms": plugin_ms[int(len(plugin_ms) * 0.95)] if plugin_ms else None,
               "max_ms": plugin_ms[-1] if plugin_ms else None}
-    return {"counts": counts, "failures": failures, "plugin_ms_in_process": timing, "replay": replay, "models": models}
+    return {"counts": counts, "failures": failures, "engine_overrides": known, "plugin_ms_in_process": timing,
+            "replay": replay, "models": models}
 
 
 def main() -> None:
@@ -308,7 +340,7 @@ def main() -> None:
         result = check_no_seam(a.engine, grid + faults, base, runs)
         result["faults"] = {"configurations": 0, "failures": [], "note": "included above: the plugin does nothing"}
     else:
-        result = check(a.engine, grid, part(base, False), part(runs, False))
+        result = check(a.engine, grid, part(base, False), part(runs, False), release)
         result["faults"] = check_faults(a.engine, faults, part(base, True), part(runs, True), part(runs, False))
     replay = result.pop("replay")
     models = result.pop("models")

@@ -1,14 +1,20 @@
-"""The plugin's start-up cost per process, inside a side environment (issue 22: at most 50 ms).
+"""The plugin's start-up cost per process, beside the engine's own start-up step, in one run (issue 22: at most 50 ms).
 
     PYTHONPATH=<nsa-policy target>:<sglang pkgs>:<stubs> <venv>/bin/python scripts/plugin_harness/startup_cost.py sglang N
     PYTHONPATH=<nsa-policy target> <vllmenv>/bin/python scripts/plugin_harness/startup_cost.py vllm N
 
-Each sample is a fresh process that first imports what the engine's own start-up imports before it
-loads plugins (sglang: server_args and the plugin framework; vLLM: vllm.engine.arg_utils), so that
-only the plugin's own work is timed: loading its entry point and calling it (the engine's
-load_plugins does exactly this), and, with a mode on, the first decision (import of the policy, its
-catalogs and rules, and one resolve), timed around the plugin's decide() on a recorded input.
-Prints one JSON line: per mode, the median and max over N processes, in ms.
+Each sample is a fresh process. It first imports what the engine imports before it loads plugins, then
+times the engine's own start-up step, from loading the plugins to the resolved arguments:
+- sglang: load_plugins(), the server parser, ServerArgs.from_cli_args, resolve_once(), check_server_args()
+  (scripts/plugin_harness/sglang_run.py's run, sm90 emulated, DeepSeek-V3.2's config);
+- vLLM: EngineArgs(...) (its __post_init__ runs load_general_plugins()) and create_engine_config()
+  (vllm_run.py's run, sm90 emulated).
+Variants, interleaved round by round so that the machine's load falls on each alike:
+  engine   the plugin installed, not enabled (SGLANG_PLUGINS / VLLM_PLUGINS = none): the engine alone
+  off      the plugin allowed, NSA_POLICY unset
+  fill     NSA_POLICY=fill: the plugin decides once (the process's first decision: its cold start)
+Per variant the median and max over N processes of the step's wall and CPU time (ms), the plugin's own
+time (plugin_ms from its decision-log line) and fill − engine. Prints one JSON line.
 """
 from __future__ import annotations
 
@@ -18,63 +24,77 @@ import statistics
 import subprocess
 import sys
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 CHILD = r'''
-import json, os, sys, time
-engine, mode = sys.argv[1], sys.argv[2]
+import json, os, sys, tempfile, time
+engine, variant, here = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, here)
+logdir = tempfile.mkdtemp(prefix="startup-cost-")
 if engine == "sglang":
-    import sglang.srt.server_args, sglang.srt.plugins, sglang.srt.arg_groups.resolution_hooks  # the engine's own
-else:
-    for _m in ("vllm._C_stable_libtorch", "vllm._C", "vllm._flashmla_C", "vllm._flashmla_extension_C"):
-        import types; sys.modules[_m] = types.ModuleType(_m)
-    import vllm.engine.arg_utils, vllm.plugins  # the engine's own
-from importlib.metadata import entry_points
-os.environ.pop("NSA_POLICY", None)
-if mode != "off":
+    import sglang_run as S
+    S.quiet_imports()
+    from sglang.srt.plugins import load_plugins
+    parser = S.build_parser()
+    S.BASE_ENV.update({k: v for k, v in os.environ.items() if k not in S.INPUT_ENV and k not in S.PLUGIN_ENV})
+    configs = S.ConfigDirs()
+    item = {"id": "cost", "device": "sm90", "model": "ds32", "argv": []}
+    mode = "fill" if variant == "fill" else "off"
     os.environ["NSA_POLICY"] = mode
-group = "sglang.srt.plugins" if engine == "sglang" else "vllm.general_plugins"
-t0 = time.perf_counter()
-ep = next(e for e in entry_points(group=group) if e.name == "nsa_policy")
-fn = ep.load()
-fn()
-t1 = time.perf_counter()
-decide_ms = None
-if mode != "off":
-    rec = json.loads(sys.argv[3])
-    models = json.loads(sys.argv[4])
-    t2 = time.perf_counter()
-    if engine == "sglang":
-        from nsa_policy.engines.sglang.plugin import decide
-        decide(dict(rec["read"]), models[rec["model"]], env={"NSA_POLICY_DEVICE": rec["policy_device"]},
-               sglang_version="0.5.23")
-    else:
-        from nsa_policy.engines.vllm.plugin import decide
-        decide(dict(rec["read"]), env={"NSA_POLICY_DEVICE": rec["policy_device"]}, model=models[rec["model"]])
-    decide_ms = (time.perf_counter() - t2) * 1000
-print(json.dumps({"load_and_call_ms": (t1 - t0) * 1000, "first_decision_ms": decide_ms}))
+    with S.emulated("sm90", False):
+        c0, w0 = time.process_time(), time.perf_counter()
+        load_plugins()  # the plugin registers its seam here (fill), or returns at once (off / not allowed)
+        out = S.run(parser, configs, item, mode, logdir, 1)
+        c1, w1 = time.process_time(), time.perf_counter()
+else:
+    import vllm_run as V
+    from vllm.engine.arg_utils import EngineArgs  # imported by `vllm serve` before EngineArgs is built
+    root = tempfile.mkdtemp(prefix="startup-cost-models-")
+    V.model_dir(root, "ds32")
+    mode = "fill" if variant == "fill" else "off"
+    os.environ["NSA_POLICY"] = mode
+    c0, w0 = time.process_time(), time.perf_counter()
+    out = V.run(root, logdir, {"id": "cost", "device": "sm90", "model": "ds32", "tp": 8, "kv": "auto"}, mode, 1)
+    c1, w1 = time.process_time(), time.perf_counter()
+assert out["ok"], out["error"]
+log = out["log"]
+print(json.dumps({"wall_ms": (w1 - w0) * 1000, "cpu_ms": (c1 - c0) * 1000,
+                  "plugin_ms": log[0]["context"]["plugin_ms"] if log else None, "decided": bool(log)}))
 '''
+
+VARIANTS = ("engine", "off", "fill")
+
+
+def _stats(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 1), "max": round(max(values), 1)}
 
 
 def main() -> None:
     engine, n = sys.argv[1], int(sys.argv[2])
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    lines = open(os.path.join(root, "tests", "data", "plugins",
-                              "sglang-0.5.23.jsonl" if engine == "sglang" else "vllm-0.33.0.jsonl")).read().splitlines()
-    models = json.loads(lines[0])["models"]
-    rec = next(json.loads(x) for x in lines[1:] if json.loads(x)["status"] == "applied")
-    out: dict = {"engine": engine, "processes": n}
-    for mode in ("off", "fill"):
-        samples = []
-        for _ in range(n):
-            p = subprocess.run([sys.executable, "-c", CHILD, engine, mode, json.dumps(rec), json.dumps(models)],
-                               capture_output=True, text=True, check=True)
-            samples.append(json.loads(p.stdout.strip().splitlines()[-1]))
-        loads = [s["load_and_call_ms"] for s in samples]
-        out[mode] = {"load_and_call_ms": {"median": round(statistics.median(loads), 1), "max": round(max(loads), 1)}}
-        if mode != "off":
-            dec = [s["first_decision_ms"] for s in samples]
-            tot = [a + b for a, b in zip(loads, dec)]
-            out[mode]["first_decision_ms"] = {"median": round(statistics.median(dec), 1), "max": round(max(dec), 1)}
-            out[mode]["total_ms"] = {"median": round(statistics.median(tot), 1), "max": round(max(tot), 1)}
+    allow = "SGLANG_PLUGINS" if engine == "sglang" else "VLLM_PLUGINS"
+    samples: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for round_ in range(n):
+        order = VARIANTS[round_ % 3:] + VARIANTS[:round_ % 3]
+        for variant in order:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_POLICY")}
+            env[allow] = "none" if variant == "engine" else "nsa_policy"
+            p = subprocess.run([sys.executable, "-c", CHILD, engine, variant, HERE], capture_output=True, text=True,
+                               env=env)
+            if p.returncode != 0:
+                sys.exit(f"{engine} {variant}: {p.stderr[-2000:]}")
+            sample = json.loads(p.stdout.strip().splitlines()[-1])
+            if sample["decided"] != (variant == "fill"):
+                sys.exit(f"{engine} {variant}: the plugin {'did not decide' if variant == 'fill' else 'decided'}")
+            samples[variant].append(sample)
+    out: dict = {"engine": engine, "processes_per_variant": n}
+    for variant in VARIANTS:
+        s = samples[variant]
+        out[variant] = {"step_wall_ms": _stats([x["wall_ms"] for x in s]), "step_cpu_ms": _stats([x["cpu_ms"] for x in s])}
+        if variant == "fill":
+            out[variant]["plugin_ms"] = _stats([x["plugin_ms"] for x in s])
+    for key in ("step_wall_ms", "step_cpu_ms"):
+        out[f"fill_minus_engine_{key}"] = round(out["fill"][key]["median"] - out["engine"][key]["median"], 1)
+        out[f"off_minus_engine_{key}"] = round(out["off"][key]["median"] - out["engine"][key]["median"], 1)
     print(json.dumps(out))
 
 

@@ -19,6 +19,13 @@ calls `register()`. Where the seam is (read from the wheels):
   and does nothing; `nsa-policy launch` is the way there.
 - 0.5.10-0.5.11: no plugin system (sglang never calls this).
 
+Per rank: sglang loads the plugins again in each scheduler subprocess (`run_scheduler_process`, one
+per TP/PP rank, on its own GPU). There `register()` decides again from the inputs the starting process
+exported, on this rank's GPU (`auto:<gpu_id>`, NVML), logs it with the shared decision id and the
+rank, and compares it with the starting process's decision (plugin_common.check_rank); a disagreement
+is logged, and in enforce a `HookRegistry` BEFORE hook on `Scheduler.__init__` refuses before the
+model loads (load_plugins swallows what register() raises).
+
 Modes (plugin_common): off does nothing at all (no hook is registered); audit decides, logs the
 decision, what sglang resolved and every difference, and changes nothing; fill writes the decision
 into the unset fields; enforce does what fill does and raises before the built-in step (so before any
@@ -29,7 +36,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, Mapping, Optional
 
 from nsa_policy.integration import plugin_common as pc
 
@@ -62,6 +70,12 @@ def register() -> None:
     if current == "off":
         return
     pc.guarded(LOGGER, "fill", "register", _register)  # registration problems never stop sglang
+    scheduler = _scheduler_frame(sys._getframe(1))
+    if scheduler is not None:
+        try:
+            pc.guarded(LOGGER, current, "rank check", lambda: _rank_check(scheduler, current))
+        except pc.PluginRefused as exc:  # enforce: refuse where sglang lets an exception stop the rank
+            _refuse_scheduler(exc)
 
 
 def _register() -> None:
@@ -118,7 +132,7 @@ def decide(fields: dict[str, Any], model: Any, *, env: Optional[dict[str, str]] 
            sglang_version: Optional[str] = None) -> tuple[Any, Any]:
     """(Applied or None when rejected, Decision): what fill writes into `fields` (a dict the caller owns)
     and which threshold variable it sets. The same call in every mode; CI replays it on recorded fields."""
-    from nsa_policy.startup import StartupRejected, apply
+    from nsa_policy.engines.sglang.startup import StartupRejected, apply  # not nsa_policy.startup: all of it (cold start)
 
     env = dict(os.environ) if env is None else env
     try:
@@ -188,6 +202,67 @@ def _finish(decision: Any, applied: Any, current: pc.Mode, engine: dict[str, Any
     LOGGER.log(level, line + f" [decision_id {pc.decision_id(create=False)}]")
 
 
+# ---------------------------------------------------------------- per rank: the scheduler subprocesses
+
+SCHEDULER_ENTRY = "run_scheduler_process"  # sglang.srt.managers.scheduler: calls load_plugins() first
+SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
+_REFUSALS: list[pc.PluginRefused] = []
+
+
+def _scheduler_frame(frame: Any, depth: int = 8) -> Optional[dict[str, Any]]:
+    """run_scheduler_process's arguments (server_args, gpu_id, tp_rank, pp_rank, ...) when sglang's
+    load_plugins() was called from it: register() takes no argument, and the rank's GPU is only there."""
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == SCHEDULER_ENTRY and "gpu_id" in frame.f_locals:
+            return dict(frame.f_locals)
+        frame = frame.f_back
+    return None
+
+
+def _rank_of(where: dict[str, Any]) -> int:
+    tp_rank = int(where.get("tp_rank") or 0)
+    pp_rank = int(where.get("pp_rank") or 0)
+    tp_size = int(getattr(where.get("server_args"), "tp_size", 1) or 1)
+    return pp_rank * tp_size + tp_rank
+
+
+def decide_from_inputs(inputs: Mapping[str, Any], device: str) -> Any:
+    """The decision a rank makes from the starting process's exported inputs, on `device`."""
+    env = {**(inputs.get("env") or {}), pc.BUNDLE_VAR: inputs.get("bundle") or pc.bundle(), pc.DEVICE_VAR: device}
+    _, decision = decide(dict(inputs.get("fields") or {}), inputs.get("model"), env=env,
+                         sglang_version=inputs.get("release"))
+    return decision
+
+
+def _rank_check(where: dict[str, Any], current: pc.Mode) -> Optional[str]:
+    context: dict[str, Any] = {k: where.get(k) for k in ("tp_rank", "pp_rank", "dp_rank", "moe_ep_rank", "gpu_id") if k in where}
+    return pc.check_rank(engine="sglang", rank=_rank_of(where), cuda_index=where.get("gpu_id"), current=current,
+                         decide_on=decide_from_inputs, logger=LOGGER,
+                         context={**context, "sglang": _sglang_release(), "process": SCHEDULER_ENTRY})
+
+
+def _refuse_scheduler(refusal: pc.PluginRefused) -> None:
+    """enforce: make the rank fail before its model loads. A BEFORE hook on Scheduler.__init__ raises
+    inside run_scheduler_process's own error handling (sglang logs it and stops the server); where the
+    hook cannot be registered, SystemExit (load_plugins catches only Exception) stops the rank here."""
+    LOGGER.error("%s", refusal)
+    _REFUSALS.append(refusal)
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        HookRegistry.register(SCHEDULER_INIT, refuse_scheduler_hook, HookType.BEFORE)
+    except Exception as exc:
+        raise SystemExit(f"{refusal} (Scheduler hook not registered: {type(exc).__name__}: {exc})") from None
+
+
+def refuse_scheduler_hook(*args: Any, **kwargs: Any) -> None:
+    """BEFORE Scheduler.__init__ (so before the model loads): raise the rank check's refusal."""
+    if _REFUSALS:
+        raise _REFUSALS[0]
+
+
 # ---------------------------------------------------------------- 0.5.20+: the resolution hook
 
 def resolution_hook(server_args: Any, previous: Callable[[Any], None]) -> None:
@@ -246,17 +321,37 @@ def _refuse_if_rejected(decision: Any, current: pc.Mode, timer: pc.Timer, seam: 
 def _decide_record(server_args: Any, current: pc.Mode, timer: pc.Timer) -> tuple[Any, Any]:
     from sglang.srt.arg_groups.overrides import model_config_of, resolving_view
 
-    pc.decision_id()  # created here, in the process that resolves; its subprocesses inherit it
     view = resolving_view(server_args)
     fields = _fields_for_policy(view)
     hf_config = model_config_of(server_args).hf_config
     model = hf_config.to_dict() if hasattr(hf_config, "to_dict") else hf_config
     _READ.clear()
     _READ.update(_jsonable(fields))
+    inputs = _inputs(model, view)
+    pc.decision_id(seed=_seed(inputs, view))  # here, in the process that resolves; its subprocesses inherit it
     applied, decision = decide(fields, model)
     _refuse_if_rejected(decision, current, timer, "resolution_hook")
-    pc.export_view(decision)
+    pc.export_view(decision, inputs=inputs)
     return applied, decision
+
+
+RENDEZVOUS = ("dist_init_addr", "nnodes")  # the same on every node of one deployment
+
+
+def _inputs(model: Any, view: Any) -> dict[str, Any]:
+    """What a rank process needs to decide again as this one did (before fill writes anything)."""
+    from nsa_policy.engines.sglang.env import variables
+
+    env = {k: os.environ[k] for k in variables() if k in os.environ}
+    return {"fields": dict(_READ), "model": model if isinstance(model, dict) else None, "env": env,
+            "bundle": pc.bundle(), "release": _sglang_release()}
+
+
+def _seed(inputs: dict[str, Any], view: Any) -> dict[str, Any]:
+    rendezvous = {k: getattr(view, k, None) for k in RENDEZVOUS}
+    rendezvous.update({k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if k in os.environ})
+    return {"engine": "sglang", "release": inputs["release"], "read": inputs["fields"], "model": inputs["model"],
+            "env": inputs["env"], "bundle": inputs["bundle"], "rendezvous": rendezvous}
 
 
 def _fill_record(server_args: Any, applied: Any) -> None:
@@ -285,13 +380,14 @@ def post_init_hook(server_args: Any, *args: Any, **kwargs: Any) -> Any:
     timer = pc.Timer()
 
     def run() -> None:
-        pc.decision_id()
         fields = _fields_for_policy(server_args)
         _READ.clear()
         _READ.update(_jsonable(fields))
+        inputs = _inputs(None, server_args)
+        pc.decision_id(seed=_seed(inputs, server_args))
         applied, decision = decide(fields, None)
         _refuse_if_rejected(decision, current, timer, "post_init")
-        pc.export_view(decision)
+        pc.export_view(decision, inputs=inputs)
         if current != "audit" and applied is not None:
             for attr, value in applied.written.items():
                 setattr(server_args, attr, value)

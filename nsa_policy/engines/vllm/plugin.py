@@ -17,13 +17,20 @@ and the workers:
 - enforce: fill, and refuses (raises before the config exists, so before any weights load) when the
   decision has errors, with the policy's one-line explanation.
 audit and fill never stop vLLM: an error inside the plugin is logged and vLLM runs as without it.
+
+Per rank: in the processes vLLM starts after process 0 decided (EngineCore, the workers), `register()`
+finds process 0's exported decision and wraps `WorkerBase.__init__` (vllm/v1/worker/worker_base.py),
+which every GPU worker runs before its device and model are set up: there it decides again from process
+0's inputs on this worker's GPU (`auto:<local_rank>`, NVML), logs it with the shared decision id and the
+rank, and compares (plugin_common.check_rank); a disagreement is logged, and refused in enforce.
 """
 from __future__ import annotations
 
 import copy
 import functools
 import logging
-from typing import Any, Optional
+import os
+from typing import Any, Mapping, Optional
 
 from nsa_policy.integration import plugin_common as pc
 
@@ -49,6 +56,55 @@ def register() -> None:
     if current == "off":
         return
     pc.guarded(LOGGER, "fill", "register", _wrap)
+    if pc.parent_view() is not None:  # a process vLLM started after process 0 decided
+        pc.guarded(LOGGER, "fill", "register rank check", _wrap_worker)
+
+
+WORKER_BASE = "vllm.v1.worker.worker_base"
+
+
+def _wrap_worker() -> None:
+    import importlib
+    import inspect
+
+    base = importlib.import_module(WORKER_BASE).WorkerBase
+    original = base.__init__
+    if getattr(original, MARK, False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind_partial(self, *args, **kwargs).arguments
+        worker_rank_check(bound.get("local_rank"), bound.get("rank"))
+        original(self, *args, **kwargs)
+
+    setattr(__init__, MARK, True)
+    base.__init__ = __init__
+
+
+def decide_from_inputs(inputs: Mapping[str, Any], device: str) -> Any:
+    """The decision a worker makes from process 0's exported inputs, on `device`."""
+    env = {pc.BUNDLE_VAR: inputs.get("bundle") or pc.bundle(), pc.DEVICE_VAR: device}
+    _, decision = decide(dict(inputs.get("fields") or {}), env=env, model=inputs.get("model"))
+    return decision
+
+
+def worker_rank_check(local_rank: Any, rank: Any) -> Optional[str]:
+    """At WorkerBase.__init__: this worker's decision against process 0's. Raises PluginRefused in
+    enforce on a disagreement (or when it cannot decide); otherwise never raises."""
+    try:
+        current = pc.mode()
+    except Exception as exc:
+        LOGGER.error("nsa-policy plugin disabled: %s", exc)
+        return None
+    if current == "off":
+        return None
+    cuda_index = int(local_rank) if isinstance(local_rank, int) else None
+    return pc.guarded(LOGGER, current, "rank check", lambda: pc.check_rank(
+        engine="vllm", rank=int(rank) if isinstance(rank, int) else -2, cuda_index=cuda_index, current=current,
+        decide_on=decide_from_inputs, logger=LOGGER,
+        context={"local_rank": local_rank, "vllm": _vllm_release(), "process": "WorkerBase.__init__"}))
 
 
 def _wrap() -> None:
@@ -83,7 +139,6 @@ READ_FIELDS = ("model", "attention_backend", "kv_cache_dtype", "block_size", "te
 def _decide(engine_args: Any, current: pc.Mode) -> tuple[Any, Any]:
     """(Applied or None, Decision). audit decides on a shallow copy, so nothing of the user's changes."""
     target = copy.copy(engine_args) if current == "audit" else engine_args
-    pc.decision_id()
     _READ.clear()
     for k in READ_FIELDS:
         v = getattr(engine_args, k, None)
@@ -91,13 +146,26 @@ def _decide(engine_args: Any, current: pc.Mode) -> tuple[Any, Any]:
             chosen = getattr(v, "backend", None) if v is not None else None
             v = {"backend": getattr(chosen, "name", chosen)} if chosen is not None else None
         _READ[k] = v if v is None or isinstance(v, (bool, int, float, str, dict)) else getattr(v, "name", str(v))
-    return decide(target)
+    rendezvous = {k: getattr(engine_args, k, None) for k in RENDEZVOUS}
+    rendezvous.update({k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if k in os.environ})
+    inputs = {"fields": dict(_READ), "model": None, "bundle": pc.bundle(), "release": _vllm_release()}
+    pc.decision_id(seed={"engine": "vllm", **inputs, "rendezvous": rendezvous})  # process 0; the rest inherit it
+    applied, decision = decide(target)
+    _INPUTS.clear()
+    _INPUTS.update(inputs)
+    return applied, decision
+
+
+# the same on every node of one deployment (vLLM's multi-node and data-parallel rendezvous)
+RENDEZVOUS = ("master_addr", "master_port", "nnodes", "data_parallel_address", "data_parallel_rpc_port",
+              "data_parallel_size")
+_INPUTS: dict[str, Any] = {}  # what process 0's last decision was made from, exported for the workers
 
 
 def decide(engine_args: Any, env: Optional[dict[str, str]] = None, model: Any = None) -> tuple[Any, Any]:
     """(Applied or None when rejected, Decision): apply_vllm on `engine_args` (written in place unless
     rejected). The same call in every mode; CI replays it on recorded fields."""
-    from nsa_policy.startup import StartupRejected, apply_vllm
+    from nsa_policy.engines.vllm.startup import StartupRejected, apply_vllm  # only the vLLM part (cold start)
 
     try:
         applied = apply_vllm(engine_args, policy=pc.bundle(env), device=pc.device(env), model=model,
@@ -137,7 +205,7 @@ def wrapped_create_engine_config(original: Any, engine_args: Any, *args: Any, **
             line = pc.one_line(decision)
             pc.guarded(LOGGER, "fill", "log", lambda: _finish(applied, decision, current, None, timer, None, refused=line))
             raise pc.PluginRefused(line, decision)
-        pc.export_view(decision)
+        pc.export_view(decision, inputs=_INPUTS)
         return applied, decision
 
     state = pc.guarded(LOGGER, current, "decide", decide)
