@@ -252,6 +252,17 @@ def variant_grid(release: str) -> Iterator[dict[str, Any]]:
 
 
 GRIDS = {"full": full_grid, "main": main_grid, "variants": variant_grid, "cp": cp_grid}
+SAMPLE = {"n": 100_000, "seed": 21}  # --grid sample: --samples and --seed
+
+
+def sample_grid(release: str) -> Iterator[dict[str, Any]]:
+    """Seeded inputs from the whole domain of every input (sglang_release_sample.py), beside the fixed grids."""
+    from sglang_release_sample import sample
+
+    return sample(release, SAMPLE["n"], SAMPLE["seed"])
+
+
+GRIDS["sample"] = sample_grid
 
 
 # nsa-policy's side: nsa_policy.engines.sglang.replay (shared with the CI replay) -----------------------
@@ -426,7 +437,10 @@ def main() -> None:
                     help="record every K-th input with sglang's answer in tests/data/sglang/<X>/replay.jsonl")
     ap.add_argument("--cache", default="", help="folder for the oracle's answers: reused when the grid is the same")
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--samples", type=int, default=SAMPLE["n"], help="--grid sample: inputs per release")
+    ap.add_argument("--seed", type=int, default=SAMPLE["seed"], help="--grid sample: the seed")
     a = ap.parse_args()
+    SAMPLE.update(n=a.samples, seed=a.seed)
     if a.table:
         write_table()
         return
@@ -441,7 +455,12 @@ def main() -> None:
     answers, t_oracle = cached_oracle(a.release, grid, items, max(1, a.jobs), a.cache)
     from nsa_policy.core.bundle import release_bundle
 
+    from sglang_release_sample import disagreement_class
+
+    from nsa_policy.engines.sglang.replay import FIELDS
+
     bad, n_agree, n_outside = [], 0, 0
+    classes: dict[str, dict[str, Any]] = {}
     progress = Progress(f"nsa-policy sglang-{a.release}", len(items))
     t1 = time.time()
     for item in items:
@@ -452,6 +471,8 @@ def main() -> None:
             n_outside += 1
         else:
             bad.append({"input": item, "sglang": theirs, "ours": mine})
+            c = classes.setdefault(disagreement_class(mine, theirs, FIELDS), {"count": 0, "example": bad[-1]})
+            c["count"] += 1
         progress.advance()
     progress.close()
     t_ours = time.time() - t1
@@ -465,7 +486,16 @@ def main() -> None:
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_version()}, "
                         f"load {os.getloadavg()[0]:.1f}"}
-    print(json.dumps(entry))
+    if grid == "sample":
+        entry["seed"] = SAMPLE["seed"]
+    entry["disagreement_classes"] = sorted(({"class": k, "count": v["count"],
+                                             "example": {"input": v["example"]["input"],
+                                                         "sglang": {k2: v["example"]["sglang"].get(k2) for k2 in REPLAY_KEYS},
+                                                         "ours": v["example"]["ours"]}}
+                                            for k, v in classes.items()), key=lambda c: -c["count"])
+    print(json.dumps({k: v for k, v in entry.items() if k != "disagreement_classes"}))
+    for c in entry["disagreement_classes"]:
+        print(f"  {c['count']:6d} x {c['class']}")
     if a.out:
         Path(a.out).write_text("".join(json.dumps(b) + "\n" for b in bad))
     if a.record and not (a.sample or a.limit):
@@ -481,7 +511,7 @@ REPLAY_KEYS = ("ok", "kv_cache_dtype", "prefill_backend", "decode_backend", "pag
 def write_replay(release: str, grid: str, items: list[dict[str, Any]], answers: dict[int, dict[str, Any]],
                  every: int) -> None:
     """A deterministic sample for CI: the input and sglang's answer (no timings), one JSON line each."""
-    out = REPO / "tests" / "data" / "sglang" / release / "replay.jsonl"
+    out = REPO / "tests" / "data" / "sglang" / release / ("sample.jsonl" if grid == "sample" else "replay.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for item in items[::every]:

@@ -24,6 +24,7 @@ MODEL_FACTS: dict[str, dict[str, Any]] = {
     "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "num_attention_heads": 128},
     "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "num_attention_heads": 128},
     "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 2048, "num_attention_heads": 64},
+    "qwen3moe": {"architectures": ["Qwen3MoeForCausalLM"], "num_attention_heads": 64},
 }
 CATALOG_MODELS = {"ds32": "deepseek-ai/DeepSeek-V3.2", "glm5": "zai-org/GLM-5"}
 FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend", "threshold")
@@ -40,13 +41,14 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     from nsa_policy.api import build_facts, decide
     from nsa_policy.base.errors import NsaPolicyError
     from nsa_policy.engines.sglang.args import load_args
-    from nsa_policy.engines.sglang.launch import launch_namespace, parse_command
+    from nsa_policy.engines.sglang.launch import ParsedCommand, launch_namespace, parse_command
     from nsa_policy.engines.sglang.startup import ArgsView
 
     refused: dict[str, Any] = {"ok": False, "applies": None, **{f: None for f in FIELDS}}
     reg = load_args()
     try:
-        parsed = parse_command(list(item["argv"]))
+        # no flags at all is a launch too (the oracle adds only --model-path)
+        parsed = parse_command(list(item["argv"])) if item["argv"] else ParsedCommand(argv=(), occurrences=(), values={})
     except NsaPolicyError as exc:
         return {**refused, "codes": [f"input: {exc}"]}
     for o in parsed.occurrences:  # argparse: a flag the release does not have, a value it does not list
@@ -63,12 +65,15 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
         env["SGLANG_USE_AITER"] = "1"
         packages["triton"] = "3.6.0"
     model: Any
-    if item["model"] in CATALOG_MODELS and not item.get("config"):
+    if item.get("catalog_model"):  # a sampled input: the oracle's config is that catalog model's config.json
+        model = item["catalog_model"]
+    elif item["model"] in CATALOG_MODELS and not item.get("config"):
         model = CATALOG_MODELS[item["model"]]
     else:
         model = {**MODEL_FACTS[item["model"]], **(item.get("config") or {})}
     try:
-        facts = build_facts(config, device=DEVICES[item["device"]], model=model, env=env, packages=packages)
+        device = item.get("named_device") or DEVICES.get(item["device"], item["device"])  # a named device, else the class's
+        facts = build_facts(config, device=device, model=model, env=env, packages=packages)
         d = decide(facts, f"sglang-{release}", trace=False)
     except NsaPolicyError as exc:
         return {**refused, "codes": [f"input: {exc}"]}
