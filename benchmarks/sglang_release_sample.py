@@ -257,7 +257,8 @@ def disagreement_class(mine: dict[str, Any], theirs: dict[str, Any], fields: tup
     if theirs["ok"] and not mine["ok"]:
         return f"sglang accepts, nsa-policy refuses: {' '.join(mine.get('codes') or [])[:110]}"
     if mine["ok"] and not theirs["ok"]:
-        return f"sglang refuses ({fold((theirs.get('error') or {}).get('message', ''))}), nsa-policy accepts"
+        err = theirs.get("error") or {}
+        return f"sglang refuses ({err.get('type')} in {theirs.get('stage')}: {fold(err.get('message', ''))}), nsa-policy accepts"
     diff = [f for f in fields if mine.get(f) != theirs.get(f)]
     return "both accept, differ in " + ",".join(diff) + (
         f" (sglang {[theirs.get(f) for f in diff]} vs ours {[mine.get(f) for f in diff]})" if len(diff) == 1 else "")

@@ -86,10 +86,14 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
             "codes": [f.code for f in d.errors]}
 
 
-def outside(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
-    """sglang refused, for a reason in its dense-model code, a model it does not run as DSA."""
+def outside(mine: Mapping[str, Any], theirs: Mapping[str, Any], anywhere: bool = False) -> bool:
+    """sglang refused, for a reason in its dense-model code, a model it does not run as DSA. The fixed grid
+    counts only OUTSIDE_DSA's messages so; the sampled inputs (`anywhere`), which draw every parallel shape,
+    speculative setting and attention backend for non-DSA models too, count every such refusal so: the DSA
+    policy answers "does not apply" there and judges nothing else."""
     msg = (theirs.get("error") or {}).get("message", "")
-    return bool(mine.get("applies") is False and mine["ok"] and not theirs["ok"] and msg.startswith(OUTSIDE_DSA))
+    return bool(mine.get("applies") is False and mine["ok"] and not theirs["ok"]
+                and (anywhere or msg.startswith(OUTSIDE_DSA)))
 
 
 def as_given(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,7 +106,8 @@ def as_given(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     reg = load_args()
     var = reg.env_var_read("dense_attn_kv_len_threshold", release)
     raw = (item.get("env") or {}).get(var) if var else None
-    return {"kv_cache_dtype": kv, "threshold": int(raw) if raw is not None else None,
+    forced = argv[argv.index("--attention-backend") + 1] if "--attention-backend" in argv else None
+    return {"kv_cache_dtype": kv, "threshold": int(raw) if raw is not None else None, "attention_backend": forced,
             # what the DSA backend reads when start-up declares no threshold: the variable, else its release default
             "threshold_read": int(raw) if raw is not None else reg.env_default("dense_attn_kv_len_threshold", release)}
 
@@ -116,14 +121,18 @@ def agree(mine: Mapping[str, Any], theirs: Mapping[str, Any], given: Optional[Ma
         return False
     if not mine["ok"]:
         return True
+    forced = given.get("attention_backend") if given is not None else None
     if mine.get("applies") is False:
-        return theirs["attention_backend"] not in ("nsa", "dsa")
+        # sglang keeps a forced --attention-backend as given, also dsa/nsa for a model it does not run as DSA
+        return theirs["attention_backend"] not in ("nsa", "dsa") or theirs["attention_backend"] == forced
     for f in FIELDS:
         if mine[f] is None and given is not None and f in given and theirs[f] == given[f]:
             continue  # not decided by either: sglang leaves the value as given
         if (f == "threshold" and theirs[f] is None and given is not None
                 and given.get("threshold_read") is not None and mine[f] == given["threshold_read"]):
             continue  # start-up declares none; the decision gives what the backend reads (issue 21, effective values)
+        if f == "attention_backend" and forced == "nsa" and theirs[f] == "nsa" and mine[f] == "dsa":
+            continue  # the deprecated spelling as given; the release's registry builds the dsa backend for it
         if (_KV_SAME.get(theirs[f], theirs[f]) if f == "kv_cache_dtype" else theirs[f]) != mine[f]:
             return False
     return True
