@@ -489,10 +489,9 @@ def main() -> None:
     if a.limit:
         items = items[: a.limit]
     answers, t_oracle = cached_oracle(a.release, grid, items, max(1, a.jobs), a.cache)
-    from nsa_policy.core.bundle import release_bundle
-
     from sglang_release_sample import disagreement_class
 
+    from nsa_policy.core.bundle import release_bundle
     from nsa_policy.engines.sglang.replay import FIELDS
 
     bad, n_agree, n_outside = [], 0, 0

@@ -154,7 +154,7 @@ def clear_probe_caches() -> None:
 
 
 @contextlib.contextmanager
-def emulated(device: str, preshuffle: bool, product: "str | None" = None, memory_gb: "float | None" = None):
+def emulated(device: str, preshuffle: bool, product: str | None = None, memory_gb: float | None = None):
     """The device class's probes; a named device (the sampled inputs) brings its own product string and memory."""
     cap, name, mem, hip = DEVICES[device]
     name = product or name
