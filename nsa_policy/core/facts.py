@@ -200,6 +200,6 @@ def derive(model: ModelFacts, config: ServingConfig) -> DerivedFacts:
 
 
 def effective_tp_size(config: ServingConfig) -> int:
-    # An unset tp_size is 1, with DP attention too: both engines default it so (sglang ServerArgs.tp_size,
-    # vLLM tensor_parallel_size), and sglang then asserts tp_size % dp_size == 0 (issue 21's sampled differential).
-    return config.tp_size if config.tp_size is not None else 1
+    if config.tp_size is not None:
+        return config.tp_size
+    return config.dp_size if config.enable_dp_attention else 1
