@@ -26,8 +26,8 @@ declares. Limit: `is_cuda()`/`is_hip()` called directly (they read torch.version
 constants computed at import (`_is_hip = is_hip()`), keep the CPU machine's answer (False); the DSA
 passes read the platform through `get_platform()` (SGLANG-RELEASES §5.1).
 
-Input line: {"id", "device": sm80|sm90|sm100|sm103|sm120|sm121|gfx942|gfx950, "preshuffle": bool,
-"model": ds32|glm5|ds3|hyv4 (a base config) , "config": {overrides of the base config},
+Input line: {"id", "device": a class of DEVICES, "preshuffle": bool, optional "product" and "memory_gb" (a
+named device of that class), "model": a base of BASES, "config": {overrides of the base config},
 "argv": [server flags; --model-path is added], "env": {variables set for this input}}.
 Output line: {"id", "ok", "stage", "kv_cache_dtype", "prefill_backend", "decode_backend", "page_size",
 "attention_backend", "threshold", "error", "ms"}.
@@ -52,6 +52,8 @@ GB = 1 << 30
 # device class -> (capability, name, memory, HIP)
 DEVICES = {
     "sm80": ((8, 0), "NVIDIA A100-SXM4-80GB", 80 * GB, False),
+    "sm86": ((8, 6), "NVIDIA RTX A6000", 48 * GB, False),
+    "sm89": ((8, 9), "NVIDIA L40S", 48 * GB, False),
     "sm90": ((9, 0), "NVIDIA H200", 141 * GB, False),
     "sm100": ((10, 0), "NVIDIA B200", 180 * GB, False),
     "sm103": ((10, 3), "NVIDIA B300 SXM6 AC", 288 * GB, False),
@@ -96,6 +98,11 @@ BASES = {
             "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8,
             "first_k_dense_replace": 3, "max_position_embeddings": 163840, "rope_scaling": _YARN,
             "torch_dtype": "bfloat16", "topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+    # Qwen3-235B-A22B (not DSA; transformers' Qwen3MoeConfig fills the rest)
+    "qwen3moe": {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 4096,
+                 "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 94,
+                 "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1536, "vocab_size": 151936,
+                 "max_position_embeddings": 40960, "torch_dtype": "bfloat16"},
     # a learnable-sink DSA model (sglang's own HYV4Config defaults)
     "hyv4": {"architectures": ["HYV4ForCausalLM"], "model_type": "hy_v4", "torch_dtype": "bfloat16"},
 }
@@ -147,9 +154,11 @@ def clear_probe_caches() -> None:
 
 
 @contextlib.contextmanager
-def emulated(device: str, preshuffle: bool):
-
+def emulated(device: str, preshuffle: bool, product: str | None = None, memory_gb: float | None = None):
+    """The device class's probes; a named device (the sampled inputs) brings its own product string and memory."""
     cap, name, mem, hip = DEVICES[device]
+    name = product or name
+    mem = int(memory_gb * GB) if memory_gb else mem
     props = SimpleNamespace(total_memory=mem, name=name, major=cap[0], minor=cap[1], multi_processor_count=132,
                             gcnArchName=device if hip else "", L2_cache_size=50 << 20, warp_size=64 if hip else 32)
     patches = [
@@ -287,8 +296,20 @@ def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
 BASE_ENV: dict[str, str] = {}
 
 
+def memoize_struct_fields() -> None:
+    """msgspec.structs.fields(cls) is a pure function of the class that sglang (0.5.20+) calls for every
+    record on every resolution, re-reading the annotations each time (a quarter of the oracle's time);
+    cached per class, as sglang's own multi_tokenizer_mixin caches it. Answers are unchanged."""
+    try:
+        import msgspec.structs
+    except ImportError:
+        return
+    msgspec.structs.fields = functools.lru_cache(maxsize=None)(msgspec.structs.fields)
+
+
 def main() -> None:
     quiet_imports()
+    memoize_struct_fields()
     parser = build_parser()
     BASE_ENV.update({k: v for k, v in os.environ.items() if k not in INPUT_ENV})
     configs = ConfigDirs()
@@ -298,8 +319,9 @@ def main() -> None:
     # per device, not per input; the probes' caches are cleared between groups.
     groups: dict[tuple, list] = {}
     for item in items:
-        groups.setdefault((item.get("device"), bool(item.get("preshuffle", False))), []).append(item)
-    for (device, preshuffle), group in groups.items():
+        groups.setdefault((item.get("device"), bool(item.get("preshuffle", False)), item.get("product"),
+                           item.get("memory_gb")), []).append(item)
+    for (device, preshuffle, product, memory_gb), group in groups.items():
         if device not in DEVICES:
             for item in group:
                 res = {"id": item.get("id"), "ok": False, "stage": "input", "release": rel, "ms": 0.0,
@@ -307,7 +329,7 @@ def main() -> None:
                 sys.stdout.write(json.dumps(res, sort_keys=True) + "\n")
             continue
         clear_probe_caches()
-        with emulated(device, preshuffle):
+        with emulated(device, preshuffle, product, memory_gb):
             for item in group:
                 res = run_one(parser, configs, item)
                 res["release"] = rel

@@ -24,6 +24,7 @@ MODEL_FACTS: dict[str, dict[str, Any]] = {
     "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "num_attention_heads": 128},
     "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "num_attention_heads": 128},
     "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 2048, "num_attention_heads": 64},
+    "qwen3moe": {"architectures": ["Qwen3MoeForCausalLM"], "num_attention_heads": 64},
 }
 CATALOG_MODELS = {"ds32": "deepseek-ai/DeepSeek-V3.2", "glm5": "zai-org/GLM-5"}
 FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend", "threshold")
@@ -40,13 +41,14 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     from nsa_policy.api import build_facts, decide
     from nsa_policy.base.errors import NsaPolicyError
     from nsa_policy.engines.sglang.args import load_args
-    from nsa_policy.engines.sglang.launch import launch_namespace, parse_command
+    from nsa_policy.engines.sglang.launch import ParsedCommand, launch_namespace, parse_command
     from nsa_policy.engines.sglang.startup import ArgsView
 
     refused: dict[str, Any] = {"ok": False, "applies": None, **{f: None for f in FIELDS}}
     reg = load_args()
     try:
-        parsed = parse_command(list(item["argv"]))
+        # no flags at all is a launch too (the oracle adds only --model-path)
+        parsed = parse_command(list(item["argv"])) if item["argv"] else ParsedCommand(argv=(), occurrences=(), values={})
     except NsaPolicyError as exc:
         return {**refused, "codes": [f"input: {exc}"]}
     for o in parsed.occurrences:  # argparse: a flag the release does not have, a value it does not list
@@ -63,12 +65,15 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
         env["SGLANG_USE_AITER"] = "1"
         packages["triton"] = "3.6.0"
     model: Any
-    if item["model"] in CATALOG_MODELS and not item.get("config"):
+    if item.get("catalog_model"):  # a sampled input: the oracle's config is that catalog model's config.json
+        model = item["catalog_model"]
+    elif item["model"] in CATALOG_MODELS and not item.get("config"):
         model = CATALOG_MODELS[item["model"]]
     else:
         model = {**MODEL_FACTS[item["model"]], **(item.get("config") or {})}
     try:
-        facts = build_facts(config, device=DEVICES[item["device"]], model=model, env=env, packages=packages)
+        device = item.get("named_device") or DEVICES.get(item["device"], item["device"])  # a named device, else the class's
+        facts = build_facts(config, device=device, model=model, env=env, packages=packages)
         d = decide(facts, f"sglang-{release}", trace=False)
     except NsaPolicyError as exc:
         return {**refused, "codes": [f"input: {exc}"]}
@@ -81,10 +86,14 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
             "codes": [f.code for f in d.errors]}
 
 
-def outside(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
-    """sglang refused, for a reason in its dense-model code, a model it does not run as DSA."""
+def outside(mine: Mapping[str, Any], theirs: Mapping[str, Any], anywhere: bool = False) -> bool:
+    """sglang refused, for a reason in its dense-model code, a model it does not run as DSA. The fixed grid
+    counts only OUTSIDE_DSA's messages so; the sampled inputs (`anywhere`), which draw every parallel shape,
+    speculative setting and attention backend for non-DSA models too, count every such refusal so: the DSA
+    policy answers "does not apply" there and judges nothing else."""
     msg = (theirs.get("error") or {}).get("message", "")
-    return bool(mine.get("applies") is False and mine["ok"] and not theirs["ok"] and msg.startswith(OUTSIDE_DSA))
+    return bool(mine.get("applies") is False and mine["ok"] and not theirs["ok"]
+                and (anywhere or msg.startswith(OUTSIDE_DSA)))
 
 
 def as_given(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,7 +106,8 @@ def as_given(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     reg = load_args()
     var = reg.env_var_read("dense_attn_kv_len_threshold", release)
     raw = (item.get("env") or {}).get(var) if var else None
-    return {"kv_cache_dtype": kv, "threshold": int(raw) if raw is not None else None,
+    forced = argv[argv.index("--attention-backend") + 1] if "--attention-backend" in argv else None
+    return {"kv_cache_dtype": kv, "threshold": int(raw) if raw is not None else None, "attention_backend": forced,
             # what the DSA backend reads when start-up declares no threshold: the variable, else its release default
             "threshold_read": int(raw) if raw is not None else reg.env_default("dense_attn_kv_len_threshold", release)}
 
@@ -111,14 +121,18 @@ def agree(mine: Mapping[str, Any], theirs: Mapping[str, Any], given: Optional[Ma
         return False
     if not mine["ok"]:
         return True
+    forced = given.get("attention_backend") if given is not None else None
     if mine.get("applies") is False:
-        return theirs["attention_backend"] not in ("nsa", "dsa")
+        # sglang keeps a forced --attention-backend as given, also dsa/nsa for a model it does not run as DSA
+        return theirs["attention_backend"] not in ("nsa", "dsa") or theirs["attention_backend"] == forced
     for f in FIELDS:
         if mine[f] is None and given is not None and f in given and theirs[f] == given[f]:
             continue  # not decided by either: sglang leaves the value as given
         if (f == "threshold" and theirs[f] is None and given is not None
                 and given.get("threshold_read") is not None and mine[f] == given["threshold_read"]):
             continue  # start-up declares none; the decision gives what the backend reads (issue 21, effective values)
+        if f == "attention_backend" and forced == "nsa" and theirs[f] == "nsa" and mine[f] == "dsa":
+            continue  # the deprecated spelling as given; the release's registry builds the dsa backend for it
         if (_KV_SAME.get(theirs[f], theirs[f]) if f == "kv_cache_dtype" else theirs[f]) != mine[f]:
             return False
     return True
