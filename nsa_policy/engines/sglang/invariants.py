@@ -18,9 +18,8 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
-from nsa_policy.core.facts import effective_tp_size
 from nsa_policy.core.decision import Decision
-from nsa_policy.core.facts import Facts
+from nsa_policy.core.facts import Facts, effective_tp_size
 from nsa_policy.engines.sglang.config import KV_ALIASES
 
 INVARIANTS = {
