@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 from nsa_policy.base.errors import PolicyError
 from nsa_policy.catalog.store import load_catalog
 from nsa_policy.core.bundle import bundle_for_engine, get_bundle
-from nsa_policy.core.decision import Decision
+from nsa_policy.core.decision import Decision, Finding
 from nsa_policy.core.evaluator import evaluate
 from nsa_policy.core.facts import DeviceFacts, Facts, ModelFacts, ServingConfig, derive
 from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from, spellings_from
@@ -34,6 +34,11 @@ def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,
                  spellings=spelt, release=release)
 
 
+# The note on a release no bundle or registry knows; not a rule's finding, so it names this pseudo-rule.
+RELEASE_UNKNOWN = "NSA209"
+RELEASE_UNKNOWN_RULE = "policy.release-unknown"
+
+
 def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Decision:
     """Evaluate facts under a bundle; never raises on rejection (errors are in the decision).
     `default` with vLLM facts is the vllm-default bundle. A release name answered by an older bundle
@@ -49,8 +54,14 @@ def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Deci
     if policy != decision.policy:
         from nsa_policy import engines  # lazy: the registry loads the engines' packages
 
-        if engines.get(decision.engine).release_bundle(policy) == decision.policy:
-            decision = decision.model_copy(update={"answers_for": policy})
+        engine = engines.get(decision.engine)
+        if engine.release_bundle(policy) == decision.policy:
+            update: dict[str, Any] = {"answers_for": policy}
+            note = engine.unknown_release_note(policy, decision.policy)
+            if note is not None:  # an unknown release is answered, never silently
+                update["notes"] = decision.notes + (Finding(code=RELEASE_UNKNOWN, level="info", message=note,
+                                                            rule=RELEASE_UNKNOWN_RULE),)
+            decision = decision.model_copy(update=update)
     return decision
 
 

@@ -19,6 +19,17 @@ SHARED = Path(os.environ.get("NSA_POLICY_SHARED", REPO.parent / "shared"))
 CASES_DIR = SHARED / "spec" / "cases"
 
 
+# Shared cases the released wheels disprove (the wheel's code wins): the vendored copy carries the
+# corrected case and the shared one is not compared with it. (policy, name) → the wheel's evidence.
+_TP_DEFAULT = ("sglang 0.5.10 server_args.py: tp_size defaults to 1 and ServerArgs._handle_data_parallelism asserts "
+               "tp_size % dp_size == 0 with DP attention, so --dp-size 8 --enable-dp-attention alone is refused; "
+               "the expected outputs are those of --tp-size 8")
+ERRATA: dict[tuple[str, str], str] = {
+    ("sglang-0.5.10", "b200-deepseek-fp8-dp8"): _TP_DEFAULT,
+    ("sglang-0.5.10", "b200-bf16-user-prefill-trtllm"): _TP_DEFAULT,
+}
+
+
 def case_files() -> list[Path]:
     """The vendored case files, then those of the shared folder when it is present."""
     files = sorted(VENDORED_DIR.glob("*.yaml"))
@@ -38,7 +49,7 @@ def load_cases() -> list[tuple[str, dict]]:
         for case in doc["cases"]:
             key = (doc["policy"], case["name"])
             if key in seen:
-                if seen[key] != case:
+                if seen[key] != case and key not in ERRATA:
                     pytest.fail(f"case {key} differs between tests/cases and {path}: refresh the vendored copy",
                                 pytrace=False)
                 continue

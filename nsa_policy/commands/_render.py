@@ -24,6 +24,8 @@ def _source(decision: Decision, field: str) -> str:
         text += f" {p.detail}"
     if p.overwrote:
         text += f" (overwrote {p.overwrote})"
+    if p.label:
+        text += f" [{p.label}]"
     return text
 
 

@@ -115,10 +115,12 @@ def _parallel(what: str, ns: Any, catalog: Catalog) -> tuple[str, ...]:
     """Shapes that divide evenly: dp sizes for this tp_size, or attention-TP sizes for these heads."""
     heads = ns["model.num_attention_heads"]
     dp, dp_attn = ns["config.dp_size"], ns["config.enable_dp_attention"]
-    tp = ns["config.tp_size"] or (dp if dp_attn else 1)
+    tp = ns["derived.tp_size"]
     if what == "dp_size":
-        return tuple(f"dp_size {d}" for d in range(1, tp + 1)
-                     if tp % d == 0 and (not heads or heads % (tp // d) == 0))
+        # tp_size unset is 1: the likelier intent is tp_size = dp_size, so that comes first
+        given_tp = () if ns["config.tp_size"] is not None or not dp_attn else (f"tp_size {dp}",)
+        return given_tp + tuple(f"dp_size {d}" for d in range(1, tp + 1)
+                                if tp % d == 0 and (not heads or heads % (tp // d) == 0))
     if not heads:
         return ()
     flag = "tp_size/dp_size" if dp_attn else "tp_size"
@@ -134,7 +136,8 @@ def _backend_reads(phase: str) -> tuple[str, ...]:
 
 
 _KV_READS = ("device.class", "out.kv_cache_dtype", "model.index_topk", ANY_PACKAGE, *_RELEASE_READS)
-_PARALLEL_READS = ("model.num_attention_heads", "config.tp_size", "config.dp_size", "config.enable_dp_attention")
+_PARALLEL_READS = ("model.num_attention_heads", "config.tp_size", "derived.tp_size", "config.dp_size",
+                   "config.enable_dp_attention")
 
 
 def _is_phase(arg: Any) -> bool:

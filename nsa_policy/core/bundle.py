@@ -43,7 +43,7 @@ from nsa_policy.catalog.codes import CodeRegistry, load_codes
 from nsa_policy.catalog.store import KV_DTYPES, Catalog, load_catalog
 from nsa_policy.core.alternatives import ANY_PACKAGE, Alternatives, compile_alternatives
 from nsa_policy.core.conditions import Check, ConditionError, Explain, compile_condition
-from nsa_policy.core.decision import OUTPUT_FIELDS, Level
+from nsa_policy.core.decision import OUTPUT_FIELDS, Level, ProvenanceLabel
 from nsa_policy.core.namespace import all_paths, inputs_of, known_path
 from nsa_policy.engines import DEFAULT as DEFAULT_ENGINE
 
@@ -69,6 +69,7 @@ class RuleSpec(_Strict):
     when: Optional[dict[str, Any]] = None
     set: Optional[dict[str, Any]] = None
     overwrite: bool = False
+    label: Optional[ProvenanceLabel] = Field(default=None, description="the provenance label of the outputs it sets")
     emit: Optional[EmitSpec] = None
     evidence: list[str] = []
     before: Optional[str] = None
@@ -253,6 +254,7 @@ class CompiledRule:
     overwrite: bool
     emit: Optional[FindingSpec]
     when: Optional[Mapping[str, Any]] = field(default=None, repr=False, compare=False)  # the condition as written
+    label: Optional[str] = None  # the provenance label of the outputs it sets
     wins_over: tuple[str, ...] = ()
     inputs: frozenset[str] = frozenset()  # which of device, model, config, env, packages its outcome depends on
     spec: Optional[RuleSpec] = field(default=None, repr=False, compare=False)  # the rule as written
@@ -557,6 +559,8 @@ class _Loader:
             raise err("overwrite: true is allowed only in compatibility bundles (compat: true)", ("overwrite",))
         if stage == "validate" and sets:
             raise err("validate rules only emit findings; they cannot set outputs", ("set",))
+        if rule.label and not sets:
+            raise err("label: labels the outputs a rule sets; this rule sets none", ("label",))
         finding = self.compile_emit(rule.emit, err) if rule.emit else None
         if not sets and not finding:
             raise err("a rule must `set` outputs or `emit` a finding")
@@ -564,7 +568,7 @@ class _Loader:
             id=rule.id, stage=stage, description=rule.description, evidence=tuple(rule.evidence),
             origin=f"{_display(path)}:{getattr(data, 'line', '?')}", check=check, explain=explain,
             reads=tuple(reads), sets=tuple(sets), overwrite=rule.overwrite, emit=finding, when=rule.when,
-            wins_over=tuple(rule.wins_over), spec=rule, device_check=device_check, rest_check=rest_check)
+            label=rule.label, wins_over=tuple(rule.wins_over), spec=rule, device_check=device_check, rest_check=rest_check)
         inputs = set().union(*(inputs_of(p, overwrite=compat) for p in compiled_rule.all_reads))
         if stage == "not_dsa":
             inputs.add("model")  # that stage runs only for a model that is not DSA

@@ -58,12 +58,20 @@ class Finding(Frozen):
     evidence: tuple[str, ...] = ()
 
 
+# The one vocabulary of provenance labels: what a value is to the engine, beyond where it came from.
+#   release default       the engine runs its own default here (a value nobody declared, e.g. an env default)
+#   ignored by the engine the engine runs this value whatever the user gave (`overwrote` holds the user's)
+ProvenanceLabel = Literal["release default", "ignored by the engine"]
+PROVENANCE_LABELS: tuple[ProvenanceLabel, ...] = ("release default", "ignored by the engine")
+
+
 class Provenance(Frozen):
     """Where an output's value came from."""
 
     source: Literal["user", "env", "rule", "model", "none"]
     detail: str = Field(description="the flag, the environment variable, or the rule id")
     overwrote: Optional[str] = Field(default=None, description="compat bundles only: the value a rule replaced")
+    label: Optional[ProvenanceLabel] = Field(default=None, description="what the value is to the engine (PROVENANCE_LABELS)")
 
     @property
     def rule(self) -> Optional[str]:

@@ -44,8 +44,8 @@ Changed = tuple[str, Any, Optional[tuple[Any]]]
 
 
 @lru_cache(maxsize=1024)
-def _provenance(source: str, detail: str, overwrote: Optional[str]) -> Provenance:
-    return Provenance.model_construct(source=source, detail=detail, overwrote=overwrote)
+def _provenance(source: str, detail: str, overwrote: Optional[str], label: Optional[str] = None) -> Provenance:
+    return Provenance.model_construct(source=source, detail=detail, overwrote=overwrote, label=label)
 
 
 @lru_cache(maxsize=8192)
@@ -98,9 +98,9 @@ def _targets(rule: CompiledRule) -> Targets:
     out = []
     for name, spec in rule.sets:
         if isinstance(spec, FromFact) and spec.source == "model":
-            fresh = _provenance("model", model_detail(spec.fact, rule.id), None)
+            fresh = _provenance("model", model_detail(spec.fact, rule.id), None, rule.label)
         else:
-            fresh = _provenance("rule", rule.id, None)
+            fresh = _provenance("rule", rule.id, None, rule.label)
         out.append((name, "out." + name, "prov." + name, spec, fresh))
     return tuple(out)
 
@@ -133,7 +133,7 @@ def _apply_sets(ev: _Evaluation, rule: CompiledRule,
             continue
         # Only compatibility bundles get here: a rule that overwrites a value says what it replaced.
         replaced = f"{current!r} ({prov[out].source}: {prov[out].detail})" if out in prov else repr(current)
-        prov[out] = _provenance(fresh.source, fresh.detail, replaced)
+        prov[out] = _provenance(fresh.source, fresh.detail, replaced, fresh.label)
         changed.append((out, value, (current,)))
     return changed, blocked, none_valid
 

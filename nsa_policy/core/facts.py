@@ -111,7 +111,7 @@ class ServingConfig(Frozen):
     # its releases judging them) are aliases in the engine's argument registry
     prefill_backend: Optional[str] = Field(default=None, description="the prefill kernel backend")
     decode_backend: Optional[str] = Field(default=None, description="the decode kernel backend")
-    tp_size: Optional[int] = Field(default=None, ge=1, description="unset: dp_size with DP attention, else 1")
+    tp_size: Optional[int] = Field(default=None, ge=1, description="unset: 1, the engines' default (DP attention too)")
     dp_size: int = Field(default=1, ge=1)
     enable_dp_attention: bool = False
     quantization: Optional[str] = None
@@ -200,6 +200,6 @@ def derive(model: ModelFacts, config: ServingConfig) -> DerivedFacts:
 
 
 def effective_tp_size(config: ServingConfig) -> int:
-    if config.tp_size is not None:
-        return config.tp_size
-    return config.dp_size if config.enable_dp_attention else 1
+    """The tensor-parallel size the engine runs: unset is 1, with DP attention too (sglang's ServerArgs
+    default; it then asserts tp_size % dp_size == 0, so --dp-size 8 alone is refused, not tp 8)."""
+    return config.tp_size if config.tp_size is not None else 1

@@ -81,6 +81,25 @@ class Engine:
         """The releases this engine's argument registry knows, oldest first."""
         return ()
 
+    def unknown_release_note(self, name: str, bundle: str) -> Optional[str]:
+        """For a release name `bundle` answers for: a note when the release is not one this engine's
+        registry knows (newer than the newest, say), naming the bundle that answers; None when known."""
+        from nsa_policy.base.versions import parse_version
+
+        release = self.release_of_bundle_name(name)
+        known = self.known_releases()
+        if release is None or not known:
+            return None
+        want = parse_version(release, field="policy")
+        if any(parse_version(k) == want or (self.minor_releases and parse_version(k).release[:2] == want.release[:2])
+               for k in known):  # a minor-release engine's bundle covers the series' patches
+            return None
+        title = self.title or self.name
+        newest = max(known, key=parse_version)
+        where = (f"newer than the newest release nsa-policy knows ({newest})" if want > parse_version(newest)
+                 else "not a release nsa-policy knows")
+        return f"{title} {release} is {where}; {bundle}'s rules, the newest bundle at or below it, answer for it"
+
     def bundle_for(self, policy: str) -> str:
         return self.default_bundle if policy == "default" else policy
 

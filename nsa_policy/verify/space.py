@@ -370,6 +370,7 @@ BAD_SHAPES = (
     cfg_value("tp1"),
     cfg_value("tp6", tp_size=6),
     cfg_value("tp8 dp3 dp-attention", tp_size=8, dp_size=3, enable_dp_attention=True),
+    cfg_value("dp8 dp-attention, tp unset (1)", dp_size=8, enable_dp_attention=True),
 )
 HISPARSE = (
     cfg_value("off"),

@@ -91,9 +91,12 @@ def dsa_architectures(files: dict[str, str]) -> list[str]:
     return sorted({s for s in _strings(fn) if s.endswith(("ForCausalLM", "ForConditionalGeneration", "NextN"))})
 
 
+PROBE_FILES = ("sglang/srt/layers/attention/dsa_backend.py", "sglang/srt/layers/attention/nsa_backend.py",
+               "sglang/srt/utils/common.py")  # common.py defines the probes (is_sm110_supported from 0.5.22)
+
+
 def device_probes(files: dict[str, str]) -> list[str]:
-    text = "".join(files.get(p, "") for p in ("sglang/srt/layers/attention/dsa_backend.py",
-                                              "sglang/srt/layers/attention/nsa_backend.py"))
+    text = "".join(files.get(p, "") for p in PROBE_FILES)
     return sorted(p for p in PROBES if p in text)
 
 
@@ -112,8 +115,7 @@ def attributes(files: dict[str, str]) -> list[str]:
 def read_wheel(wheel: Path) -> dict[str, Any]:
     with zipfile.ZipFile(wheel) as z:
         wanted = [n for n in z.namelist() if n in (
-            "sglang/srt/server_args.py", "sglang/srt/configs/model_config.py",
-            "sglang/srt/layers/attention/dsa_backend.py", "sglang/srt/layers/attention/nsa_backend.py")
+            "sglang/srt/server_args.py", "sglang/srt/configs/model_config.py", *PROBE_FILES)
             or (n.startswith("sglang/srt/arg_groups/fields/") and n.endswith(".py"))]
         files = {n: z.read(n).decode() for n in wanted}
     return {"wheel": wheel.name, "backends": backends(files), "dsa_architectures": dsa_architectures(files),

@@ -78,12 +78,19 @@ def test_argument_attributes_the_policy_reads_exist(release: str) -> None:
     assert not missing, f"rules/catalog/sglang/args.yaml says sglang {release} holds {missing}; its ServerArgs does not"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21: ROCm gfx1250 (capability (12, 5)) has no device class yet")
+# A device check sglang's DSA code or its utils name → the (vendor, compute capability) a catalog class must have.
+PROBE_CLASSES = {"gfx1250": ("amd", (12, 5)), "is_sm110_supported": ("nvidia", (11, 0)),
+                 "is_sm100_supported": ("nvidia", (10, 0)), "is_sm120_supported": ("nvidia", (12, 0))}
+
+
 def test_device_checks_of_the_dsa_code_have_classes() -> None:
     cat = load_catalog()
     probes = {p for r in RELEASES for p in _lists(r)["device_probes"]}
-    assert "gfx1250" in probes
-    assert any(spec.vendor == "amd" and spec.compute_capability == (12, 5) for spec in cat.device_doc.classes.values())
+    assert {"gfx1250", "is_sm110_supported"} <= probes, probes  # 0.5.19+ and 0.5.22+ name them
+    assert probes <= set(PROBE_CLASSES), f"a probe with no class mapping here: {probes - set(PROBE_CLASSES)}"
+    have = {(spec.vendor, spec.compute_capability) for spec in cat.device_doc.classes.values()}
+    missing = {p: PROBE_CLASSES[p] for p in probes if PROBE_CLASSES[p] not in have}
+    assert not missing, f"devices.yaml has no class for {missing}"
 
 
 WHEELS = os.environ.get("NSA_POLICY_SGLANG_WHEELS")

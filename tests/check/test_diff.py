@@ -30,7 +30,8 @@ def test_removed_blackwell_warning(sglang_diff):
     assert c.rules == {"sglang.backends.blackwell-fp8"} and c.count > 0
     from nsa_policy.verify.diff import region_of
 
-    assert set(region_of(c, sglang_diff.dimensions)["device"]) <= {"sm100", "sm103", "sm120", "sm121"}
+    # sglang's "major >= 10" takes Thor (sm110) for Blackwell too, as is_blackwell (majors 10-12) does
+    assert set(region_of(c, sglang_diff.dimensions)["device"]) <= {"sm100", "sm103", "sm110", "sm120", "sm121"}
 
 
 def test_fp8_default_change(sglang_diff):
@@ -41,7 +42,7 @@ def test_fp8_default_change(sglang_diff):
 
     region = region_of(c, sglang_diff.dimensions)
     assert region["kv_cache_dtype"] == ["auto"]
-    assert set(region["device"]) == {"sm100", "sm103", "sm120", "sm121"}
+    assert set(region["device"]) == {"sm100", "sm103", "sm110", "sm120", "sm121"}
 
 
 def test_trtllm_default_change(sglang_diff):

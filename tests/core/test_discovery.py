@@ -96,6 +96,20 @@ def test_torch_fallback_rocm() -> None:
     assert (dev.device_class, dev.vendor) == ("gfx942", "amd")
 
 
+def test_torch_fallback_rocm_gfx1250_is_its_own_amd_class() -> None:
+    # gfx1250 reports compute capability (12, 5): the class comes from the gfx arch, never from 12.x
+    reading = {"name": "AMD Radeon gfx1250", "compute_capability": [12, 5], "memory_total_bytes": 32_000_000_000,
+               "sm_count": 64, "hip": True, "gcn_arch": "gfx1250", "source": "torch"}
+    dev = discover(load_catalog(), nvml=FakeNVML("x", (0, 0), fail_init=pynvml.NVMLError_LibraryNotFound()),
+                   torch_reader=lambda index: reading)
+    assert (dev.device_class, dev.vendor, dev.compute_capability) == ("gfx1250", "amd", (12, 5))
+
+
+def test_nvml_thor_is_sm110() -> None:
+    dev = discover(load_catalog(), nvml=FakeNVML("NVIDIA Thor", (11, 0)))
+    assert (dev.device_class, dev.vendor, dev.compute_capability) == ("sm110", "nvidia", (11, 0))
+
+
 def test_real_no_gpu_path_on_this_machine() -> None:
     """This machine (and CI) has nvidia-ml-py but no driver: the real NVML call fails and is explained."""
     try:

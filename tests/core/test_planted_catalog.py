@@ -1,7 +1,7 @@
 """A new device class or a new backend is one catalog entry, and every surface knows it.
 
-The rules are copied to a temporary folder; one device class (a copy of sm100 with capability 11.0,
-plus one device of that class) and one backend (running bf16 on that class only) are planted in
+The rules are copied to a temporary folder; one device class (a copy of sm100 with capability 11.5, which
+no real class has, plus one device of that class) and one backend (running bf16 on that class only) are planted in
 rules/catalog, and the CLI runs against the copy (NSA_POLICY_RULES_DIR; rules_dir() is cached per
 process, so each command runs in a subprocess). No code, and no rule file outside rules/catalog/,
 is touched.
@@ -21,7 +21,7 @@ import yaml
 
 from nsa_policy.base.paths import rules_dir
 
-CLASS, CAPABILITY, DEVICE, PRODUCT = "sm110", (11, 0), "b400", "NVIDIA B400"
+CLASS, CAPABILITY, DEVICE, PRODUCT = "sm115", (11, 5), "b400", "NVIDIA B400"
 BACKEND, PACKAGE = "planted_sparse", "planted-kernels"
 MODEL = "deepseek-ai/DeepSeek-V3.2"
 
@@ -32,7 +32,7 @@ def _plant(root: Path) -> None:
     doc = yaml.safe_load(devices.read_text(encoding="utf-8"))
     template = doc["classes"]["sm100"]
     doc["classes"][CLASS] = {**template, "compute_capability": list(CAPABILITY),
-                             "description": "planted: a copy of sm100 with capability 11.0"}
+                             "description": "planted: a copy of sm100 with capability 11.5"}
     doc["devices"][DEVICE] = {"class": CLASS, "product": PRODUCT, "nvml_names": [PRODUCT],
                               "memory_gb": 288, "sm_count": 160}
     devices.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
@@ -73,8 +73,8 @@ def _ok(proc: subprocess.CompletedProcess, codes: tuple[int, ...] = (0,)) -> str
 def test_devices_lists_the_class_and_the_device(planted: Path) -> None:
     out = _ok(_run(planted, "devices"))
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
-    assert rows[DEVICE][1] == CLASS and "11.0" in rows[DEVICE]
-    assert rows[CLASS][1] == CLASS and "11.0" in rows[CLASS]
+    assert rows[DEVICE][1] == CLASS and "11.5" in rows[DEVICE]
+    assert rows[CLASS][1] == CLASS and "11.5" in rows[CLASS]
 
 
 def test_backends_lists_the_backend_and_where_it_runs(planted: Path) -> None:
@@ -91,7 +91,7 @@ def test_resolve_by_capability_spec_and_by_name(planted: Path, device: str) -> N
     assert decision["device_class"] == CLASS and decision["errors"] == []
     assert (decision["prefill_backend"], decision["decode_backend"]) == (BACKEND, BACKEND)
     assert decision["kv_cache_layout"] == "bf16-576"
-    # the catalog's MHA gate (sm90, sm100-sm109) does not cover capability 11.0
+    # the catalog's MHA gate (sm90, sm100-sm109) does not cover capability 11.5
     assert decision["runtime"]["mha_one_shot"] is False
 
 

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from nsa_policy.catalog.store import KV_DTYPES, Catalog
 from nsa_policy.core.decision import Decision
-from nsa_policy.core.facts import Facts
+from nsa_policy.core.facts import Facts, effective_tp_size
 from nsa_policy.engines.sglang.config import KV_ALIASES
 
 INVARIANTS = {
@@ -123,8 +123,8 @@ def _validations(decision: Decision, facts: Facts, catalog: Catalog) -> Iterator
         yield bad("hisparse radix cache", "HiSparse accepted with the radix cache on (sglang refuses it at launch)")
     heads = facts.model.num_attention_heads
     attn_tp = facts.derived.attn_tp_size
-    if cfg.enable_dp_attention and (cfg.tp_size or cfg.dp_size) % cfg.dp_size:
-        yield bad("parallel shape", f"accepted tp_size {cfg.tp_size} with dp_size {cfg.dp_size} under DP attention")
+    if cfg.enable_dp_attention and effective_tp_size(cfg) % cfg.dp_size:
+        yield bad("parallel shape", f"accepted tp_size {effective_tp_size(cfg)} with dp_size {cfg.dp_size} under DP attention")
     if heads and heads % attn_tp:
         yield bad("parallel shape", f"accepted {heads} heads over an attention-TP size of {attn_tp}")
     if decision.index_topk != facts.model.index_topk:

@@ -71,7 +71,7 @@ class SglangLint:
     def check(self, launch: Launch) -> list[Diagnostic]:
         out: list[Diagnostic] = []
         policy = self.checker.policy(launch, out)
-        target = self._target(launch, out)
+        target = self._target(launch, out, policy)
         # The old-spelling note (NSA402) is for files whose release is not known; a known release gets
         # the release's own verdict on each spelling (NSA410/NSA412).
         newer = None if target else self._targets_dsa_spelling(launch)
@@ -133,7 +133,7 @@ class SglangLint:
             launch, self.opts.policy, config, env, model, devices, by_field, release))
         return out
 
-    def _target(self, launch: Launch, out: list) -> Optional[Target]:
+    def _target(self, launch: Launch, out: list, policy: str) -> Optional[Target]:
         """The release this launch targets: --sglang-version, else a hint comment, an image tag, a pin."""
         args = self.reg.args
         if self.opts.sglang_version is not None:
@@ -160,8 +160,20 @@ class SglangLint:
         target = Target(version, release, f"sglang {version} from {source}")
         if not t.known:
             here = loc if loc is not None and loc.path == launch.path else launch.loc  # a pin may sit in requirements.txt
-            out.append(self.diag("NSA414", f"{t.note} [{target.why}]", here))
+            out.append(self.diag("NSA414", f"{t.note}; the policy findings come from {self._answering(policy)} "
+                                           f"[{target.why}]", here))
         return target
+
+    @staticmethod
+    def _answering(policy: str) -> str:
+        """The bundle that answers `policy` (a release name is answered by the newest bundle at or below it)."""
+        from nsa_policy.core.bundle import release_bundle
+
+        try:
+            bundle = release_bundle(policy)
+        except InputError:
+            return policy
+        return f"{bundle}'s rules" if bundle and bundle != policy else policy
 
     def _release_spelling(self, arg: Arg, target: Target, given: Sequence[Arg] = ()) -> list[Diagnostic]:
         """The release's verdict on one spelling (refused, deprecated) and on its value (a listed choice).

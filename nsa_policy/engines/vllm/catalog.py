@@ -309,6 +309,8 @@ def load_vllm() -> VllmCatalog:
 def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
     """The sel.* facts vLLM's selector sees, from a rule namespace (after the model hook)."""
     mla = _family_mla(catalog, ns["model.family"])
+    # the model's own RoPE dim (config.json) wins over its family's
+    rope = ns["model.qk_rope_head_dim"] if ns["model.qk_rope_head_dim"] is not None else mla.get("qk_rope_head_dim")
     heads = ns["derived.heads_per_rank"] or 0
     dcp = ns["config.dcp_size"] or 1
     topk = ns["model.index_topk"]
@@ -318,9 +320,10 @@ def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
         "sel.use_pcp": (ns["config.prefill_context_parallel_size"] or 1) > 1,
         "sel.num_heads": heads, "sel.gathered_heads": heads * dcp, "sel.index_topk": topk,
         "sel.index_topk_mult_128": topk is not None and topk % 128 == 0,
-        "sel.kv_lora_rank": mla.get("kv_lora_rank"), "sel.qk_rope_head_dim": mla.get("qk_rope_head_dim"),
+        "sel.kv_lora_rank": mla.get("kv_lora_rank"), "sel.qk_rope_head_dim": rope,
         "sel.qk_nope_head_dim": mla.get("qk_nope_head_dim"),
-        "sel.head_size": (mla.get("kv_lora_rank") or 0) + (mla.get("qk_rope_head_dim") or 0),
+        # unknown MLA dims give no head size, never 0
+        "sel.head_size": mla["kv_lora_rank"] + (rope or 0) if mla.get("kv_lora_rank") is not None else None,
     }
 
 

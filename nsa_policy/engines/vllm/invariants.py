@@ -44,7 +44,7 @@ def _selector(decision: Decision, facts: Facts, catalog: Catalog) -> dict[str, A
           "config.page_size": facts.config.page_size, "config.dcp_size": facts.config.dcp_size,
           "config.prefill_context_parallel_size": facts.config.prefill_context_parallel_size,
           "derived.heads_per_rank": facts.derived.heads_per_rank, "model.index_topk": facts.model.index_topk,
-          "model.family": facts.model.family}
+          "model.family": facts.model.family, "model.qk_rope_head_dim": facts.model.qk_rope_head_dim}
     return selector_facts(ns, catalog)
 
 

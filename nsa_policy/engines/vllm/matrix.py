@@ -54,7 +54,8 @@ def vllm_matrix_data(policy: str = "vllm-default", model: str = REFERENCE_MODEL)
             for kv in VLLM_KV:
                 ns = {"device.major": major, "out.requested_kv_cache_dtype": kv, "config.page_size": None,
                       "config.dcp_size": 1, "config.prefill_context_parallel_size": 1, "derived.heads_per_rank": heads,
-                      "model.index_topk": mdl.index_topk, "model.family": mdl.family}
+                      "model.index_topk": mdl.index_topk, "model.family": mdl.family,
+                      "model.qk_rope_head_dim": mdl.qk_rope_head_dim}
                 reasons = v.reasons(name, selector_facts(ns, cat))
                 cells[kv] = {"valid": not reasons, "reason": reasons[0] if reasons else "",
                              "stored": v.stored_kv(name, kv) if not reasons else None}
