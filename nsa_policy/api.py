@@ -6,6 +6,7 @@ from collections import OrderedDict
 from functools import lru_cache
 from typing import Any, Mapping, Optional
 
+from nsa_policy.base.auto_device import is_auto
 from nsa_policy.base.errors import PolicyError
 from nsa_policy.catalog.store import load_catalog
 from nsa_policy.core.bundle import bundle_for_engine, get_bundle
@@ -13,7 +14,6 @@ from nsa_policy.core.decision import Decision, Finding
 from nsa_policy.core.evaluator import evaluate
 from nsa_policy.core.facts import DeviceFacts, Facts, ModelFacts, ServingConfig, derive
 from nsa_policy.inputs import config_from, device_from, environment_from, installed_packages, model_from, spellings_from
-from nsa_policy.integration.discovery import is_auto
 
 
 def build_facts(config: Any = None, *, device: Any = "auto", model: Any = None,

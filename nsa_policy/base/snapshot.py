@@ -62,19 +62,47 @@ def enabled(path: Path) -> bool:
     """Snapshots are for the shipped rules only (program code), and can be switched off."""
     if os.environ.get(_OFF_VAR, "").strip() not in ("", "0"):
         return False
-    from nsa_policy.base.paths import packaged_rules_dir
+    from nsa_policy.base.paths import packaged_rules_dir, real_path
 
     shipped = packaged_rules_dir()
     try:
-        return shipped is not None and Path(path).resolve().is_relative_to(shipped)
+        return shipped is not None and real_path(path).is_relative_to(shipped)
     except OSError:
         return False
 
 
 def cached(path: Path, text: bytes, schema: type, build: Callable[[], T]) -> T:
     """build(), or the snapshot of its result for these bytes and this schema."""
+    from nsa_policy.base.paths import real_path
+
     key = hashlib.sha256(b"\0".join([_code_key().encode(), f"{schema.__module__}.{schema.__qualname__}".encode(),
-                                     str(Path(path).resolve()).encode(), text])).hexdigest()
+                                     str(real_path(path)).encode(), text])).hexdigest()
+    return _lookup(key, build)
+
+
+def cached_over_rules(label: str, build: Callable[[], T]) -> T:
+    """build(), or the snapshot of its result, for a value that may read any shipped rule file (a
+    compiled bundle: its chain, the catalog, the codes). The key covers the code and every file of
+    the shipped rules by path, size and mtime, as a .pyc's header covers its source."""
+    from nsa_policy.base.paths import packaged_rules_dir
+
+    shipped = packaged_rules_dir()
+    if shipped is None or os.environ.get(_OFF_VAR, "").strip() not in ("", "0"):
+        return build()
+    parts = [_code_key(), label]
+    for folder, dirs, files in os.walk(shipped):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(folder, name)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            parts.append(f"{os.path.relpath(full, shipped)}:{st.st_size}:{st.st_mtime_ns}")
+    return _lookup(hashlib.sha256("\n".join(parts).encode()).hexdigest(), build)
+
+
+def _lookup(key: str, build: Callable[[], T]) -> T:
     name = f"{key[:40]}.pickle"
     for folder in _folders():
         found = _read(folder / name, key)

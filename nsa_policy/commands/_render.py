@@ -133,7 +133,7 @@ def render_explain(decision: Decision, requested: Optional[str] = None) -> str:
             try:
                 rule = bundle.rule(p.rule)
                 # a value copied from a model fact is the model's: credit the fact and where it came from
-                how = (f"the model's {p.detail.split(' ', 1)[0]} ({_model_source(decision)}), set by rule"
+                how = (f"the model's {p.fact} ({_model_source(decision)}), set by rule"
                        if p.source == "model" else "decided by rule")
                 lines.append(f"  {field} = {value!r}: {how} {rule.id} ({rule.origin}) - {rule.description}"
                              + (f" [evidence: {', '.join(rule.evidence)}]" if rule.evidence else ""))

@@ -148,6 +148,7 @@ def resolve(
 ) -> None:
     """Resolve the DSA serving decision for a device and model (or a mixed fleet: --device h200,b200)."""
     from nsa_policy.api import build_facts, decide, engine_for
+    from nsa_policy.base.auto_device import is_auto
 
     try:
         given, used = serving_config(serving)
@@ -178,8 +179,9 @@ def resolve(
     if "," in device:
         _resolve_fleet(config, device, (model, arch, index_topk, num_attention_heads), package,
                        policy, as_json, explain, log_decisions)
-    _resolve_mixed_node(config, device, (model, arch, index_topk, num_attention_heads), package,
-                        policy, as_json, explain, log_decisions)
+    if is_auto(device):  # only --device auto reads the node (and imports discovery)
+        _resolve_mixed_node(config, device, (model, arch, index_topk, num_attention_heads), package,
+                            policy, as_json, explain, log_decisions)
     try:
         if log_decisions:  # a log path that can never be appended to is bad input: refuse before any work
             from nsa_policy.integration.decision_log import check_log_path

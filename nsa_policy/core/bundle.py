@@ -601,10 +601,10 @@ def _at(err: Callable[[str, tuple[Any, ...]], RuleFileError], loc: tuple[Any, ..
 
 def _display(path: Path) -> str:
     """rules/policy/default/30-backends.yaml rather than an absolute path, when inside the shipped rules."""
-    from nsa_policy.base.paths import rules_dir
+    from nsa_policy.base.paths import real_path, rules_dir
 
     try:
-        return "rules/" + str(path.resolve().relative_to(rules_dir().resolve()))
+        return "rules/" + str(real_path(path).relative_to(real_path(rules_dir())))
     except ValueError:
         return str(path)
 
@@ -692,7 +692,15 @@ def concrete_bundles() -> list[str]:
 
 @lru_cache(maxsize=16)
 def _cached(name_or_dir: str) -> CompiledBundle:
-    return compile_bundle(name_or_dir)
+    from nsa_policy import engines
+    from nsa_policy.base import snapshot
+
+    # A shipped bundle compiles to the same objects every time: a fresh process loads them from
+    # their snapshot. Not when an out-of-tree engine is registered: its rules and checks are input.
+    shipped = _shipped(name_or_dir) if "/" not in name_or_dir and "\\" not in name_or_dir else None
+    if shipped is None or not snapshot.enabled(shipped / BUNDLE_FILE) or not engines.only_builtin():
+        return compile_bundle(name_or_dir)
+    return snapshot.cached_over_rules(f"bundle:{name_or_dir}", lambda: compile_bundle(name_or_dir))
 
 
 _BY_ARG: dict[str, CompiledBundle] = {}

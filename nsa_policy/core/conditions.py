@@ -7,7 +7,9 @@ version_ge, version_lt). Several keys in one mapping must all hold.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Mapping  # not typing's alias: isinstance on it is several times slower
+from functools import partial
+from typing import Any, Callable, Iterator
 
 from nsa_policy.base.versions import version_ge
 
@@ -34,18 +36,47 @@ def _ver_ok(have: Any, need: str, want_ge: bool) -> bool:
     return version_ge(str(have), need) if want_ge else not version_ge(str(have), need)
 
 
+# Compiled conditions are partials of module functions, not closures, so that a compiled bundle
+# pickles (a fresh process loads the shipped bundles from their snapshot instead of compiling them,
+# issue 20); a partial is called in C, as fast as the closure it replaces.
+def _against(base: Callable[[Any, Any], bool], arg: Any, v: Any, ns: Namespace) -> bool:
+    return base(v, arg)
+
+
+def _against_fact(base: Callable[[Any, Any], bool], ref: str, v: Any, ns: Namespace) -> bool:
+    return base(v, ns[ref])
+
+
+def _member(members: frozenset[Any], v: Any, ns: Namespace) -> bool:
+    return v in members
+
+
+def _not_member(members: frozenset[Any], v: Any, ns: Namespace) -> bool:
+    return v not in members
+
+
+def _is_set(v: Any, ns: Namespace) -> bool:
+    return v is not None
+
+
+def _is_unset(v: Any, ns: Namespace) -> bool:
+    return v is None
+
+
+def _version(need: str, want_ge: bool, v: Any, ns: Namespace) -> bool:
+    return _ver_ok(v, need, want_ge)
+
+
 # op → (check of the fact's value v, given the namespace ns; text of the requirement).
 # An operator's argument may be a literal or {fact: path}, compared against another fact.
 def _op(name: str, arg: Any) -> tuple[Callable[[Any, Namespace], bool], str]:
     if isinstance(arg, Mapping) and set(arg) == {"fact"} and name in _BINARY:
         ref = str(arg["fact"])
-        base = _BINARY[name]
-        return (lambda v, ns: base(v, ns[ref])), f"{_SYMBOL[name]} {ref}"
+        return partial(_against_fact, _BINARY[name], ref), f"{_SYMBOL[name]} {ref}"
     if name in _BINARY:
         if name in ("gt", "ge", "lt", "le") and (not isinstance(arg, (int, float)) or isinstance(arg, bool)):
             raise ConditionError(f"operator {name!r} takes a number or {{fact: path}}, got {arg!r}")
-        base = _BINARY[name]
-        return (lambda v, ns: base(v, arg)), f"{_SYMBOL[name]} {_fmt(arg)}"
+        return partial(_against, _BINARY[name], arg), f"{_SYMBOL[name]} {_fmt(arg)}"
     if name in ("in", "not_in"):
         if not isinstance(arg, (list, tuple)):
             raise ConditionError(f"operator {name!r} takes a list, got {arg!r}")
@@ -54,12 +85,12 @@ def _op(name: str, arg: Any) -> tuple[Callable[[Any, Namespace], bool], str]:
             raise ConditionError(f"operator {name!r} takes a list of plain values, got {odd[0]!r}")
         members = frozenset(arg)
         if name == "in":
-            return (lambda v, ns: v in members), f"in {_fmt(list(arg))}"
-        return (lambda v, ns: v not in members), f"not in {_fmt(list(arg))}"
+            return partial(_member, members), f"in {_fmt(list(arg))}"
+        return partial(_not_member, members), f"not in {_fmt(list(arg))}"
     if name == "set":
         if not isinstance(arg, bool):
             raise ConditionError(f"operator 'set' takes true or false, got {arg!r}")
-        return ((lambda v, ns: v is not None) if arg else (lambda v, ns: v is None)), ("set" if arg else "unset")
+        return (_is_set if arg else _is_unset), ("set" if arg else "unset")
     if name in ("version_ge", "version_lt"):
         from nsa_policy.base.versions import is_version
 
@@ -67,22 +98,39 @@ def _op(name: str, arg: Any) -> tuple[Callable[[Any, Namespace], bool], str]:
             raise ConditionError(f"operator {name!r} takes a PEP 440 version such as 0.6.7.post2, got {arg!r}")
         need = str(arg)
         want = name == "version_ge"
-        return (lambda v, ns: _ver_ok(v, need, want)), f"{'>=' if want else '<'} version {need}"
+        return partial(_version, need, want), f"{'>=' if want else '<'} version {need}"
     raise ConditionError(f"unknown operator {name!r}; valid: {', '.join(OPERATORS)}")
 
 
-def _num(cmp: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
-    def test(v: Any, w: Any) -> bool:
-        return (v is not None and w is not None and not isinstance(v, (str, bool))
-                and not isinstance(w, (str, bool)) and cmp(v, w))
-    return test
+def _numbers(v: Any, w: Any) -> bool:
+    return v is not None and w is not None and not isinstance(v, (str, bool)) and not isinstance(w, (str, bool))
 
 
-_BINARY: dict[str, Callable[[Any, Any], bool]] = {
-    "eq": lambda v, w: v == w, "ne": lambda v, w: v != w,
-    "gt": _num(lambda v, w: v > w), "ge": _num(lambda v, w: v >= w),
-    "lt": _num(lambda v, w: v < w), "le": _num(lambda v, w: v <= w),
-}
+def _eq(v: Any, w: Any) -> bool:
+    return bool(v == w)
+
+
+def _ne(v: Any, w: Any) -> bool:
+    return bool(v != w)
+
+
+def _gt(v: Any, w: Any) -> bool:
+    return _numbers(v, w) and v > w
+
+
+def _ge(v: Any, w: Any) -> bool:
+    return _numbers(v, w) and v >= w
+
+
+def _lt(v: Any, w: Any) -> bool:
+    return _numbers(v, w) and v < w
+
+
+def _le(v: Any, w: Any) -> bool:
+    return _numbers(v, w) and v <= w
+
+
+_BINARY: dict[str, Callable[[Any, Any], bool]] = {"eq": _eq, "ne": _ne, "gt": _gt, "ge": _ge, "lt": _lt, "le": _le}
 _SYMBOL = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
 
@@ -105,25 +153,9 @@ def _leaf(path: str, pred: Any, loc: tuple[Any, ...]) -> tuple[Check, Explain, l
         raise ConditionError(f"{path!r}: a list needs an operator, e.g. {{in: {list(pred)}}}", loc)
     else:
         tests = [_op("eq", pred)]
-    checks = [t for t, _ in tests]
-
-    if len(checks) == 1:
-        only = checks[0]
-
-        def check(ns: Namespace) -> bool:
-            return only(ns[path], ns)
-    else:
-        def check(ns: Namespace) -> bool:
-            v = ns[path]
-            return all(c(v, ns) for c in checks)
-
-    def explain(ns: Namespace) -> str | None:
-        v = ns[path]
-        for c, text in tests:
-            if not c(v, ns):
-                return f"{path} is {v!r}, needs {text}"
-        return None
-
+    check = _leaf_check(path, [t for t, _ in tests])
+    explain: Explain = (partial(_leaf_explain_one, path, check, tests[0][1]) if len(tests) == 1
+                        else partial(_leaf_explain, path, tuple(tests)))
     refs = [a["fact"] for a in (pred.values() if isinstance(pred, Mapping) else ())
             if isinstance(a, Mapping) and set(a) == {"fact"}]
     return check, explain, [path] + refs
@@ -150,7 +182,7 @@ def conjuncts(cond: Any) -> list[tuple[str, Check]]:
 def compile_condition(cond: Any, loc: tuple[Any, ...] = ()) -> tuple[Check, Explain, list[str]]:
     """Compile a condition to (check, explain, fact paths it reads)."""
     if cond is None:
-        return (lambda ns: True), (lambda ns: None), []
+        return _always, _holds, []
     if not isinstance(cond, Mapping):
         raise ConditionError(f"a condition is a mapping, got {cond!r}", loc)
     parts: list[tuple[Check, Explain]] = []
@@ -177,38 +209,112 @@ def compile_condition(cond: Any, loc: tuple[Any, ...] = ()) -> tuple[Check, Expl
     return (*_combine("all", parts), paths)
 
 
-def _negate(c: Check) -> tuple[Check, Explain]:
-    def check(ns: Namespace) -> bool:
-        return not c(ns)
+def _always(ns: Namespace) -> bool:
+    return True
 
-    def explain(ns: Namespace) -> str | None:
-        return "negated condition holds" if c(ns) else None
-    return check, explain
+
+def _holds(ns: Namespace) -> str | None:
+    return None
+
+
+def _leaf_check(path: str, tests: list[Callable[[Any, Namespace], bool]]) -> Check:
+    # a one-operator leaf is one call
+    if len(tests) == 1:
+        only = tests[0]
+        if only is _is_set or only is _is_unset:
+            return partial(_leaf_set if only is _is_set else _leaf_unset, path)
+        if isinstance(only, partial):
+            if only.func is _against and only.args[0] is _eq:
+                return partial(_leaf_eq, path, only.args[1])
+            if only.func is _member or only.func is _not_member:
+                return partial(_leaf_in if only.func is _member else _leaf_not_in, path, only.args[0])
+    return partial(_leaf_all, path, tuple(tests))
+
+
+def _leaf_eq(path: str, value: Any, ns: Namespace) -> bool:
+    return bool(ns[path] == value)
+
+
+def _leaf_in(path: str, members: frozenset[Any], ns: Namespace) -> bool:
+    return ns[path] in members
+
+
+def _leaf_not_in(path: str, members: frozenset[Any], ns: Namespace) -> bool:
+    return ns[path] not in members
+
+
+def _leaf_set(path: str, ns: Namespace) -> bool:
+    return ns[path] is not None
+
+
+def _leaf_unset(path: str, ns: Namespace) -> bool:
+    return ns[path] is None
+
+
+def _leaf_all(path: str, tests: tuple[Callable[[Any, Namespace], bool], ...], ns: Namespace) -> bool:
+    v = ns[path]
+    for t in tests:
+        if not t(v, ns):
+            return False
+    return True
+
+
+def _leaf_explain(path: str, tests: tuple[tuple[Callable[[Any, Namespace], bool], str], ...],
+                  ns: Namespace) -> str | None:
+    v = ns[path]
+    for c, text in tests:
+        if not c(v, ns):
+            return f"{path} is {v!r}, needs {text}"
+    return None
+
+
+def _leaf_explain_one(path: str, check: Check, text: str, ns: Namespace) -> str | None:
+    if check(ns):
+        return None
+    return f"{path} is {ns[path]!r}, needs {text}"
+
+
+def _not(c: Check, ns: Namespace) -> bool:
+    return not c(ns)
+
+
+def _not_explain(c: Check, ns: Namespace) -> str | None:
+    return "negated condition holds" if c(ns) else None
+
+
+def _all(checks: tuple[Check, ...], ns: Namespace) -> bool:
+    for c in checks:
+        if not c(ns):
+            return False
+    return True
+
+
+def _all_explain(explains: tuple[Explain, ...], ns: Namespace) -> str | None:
+    for e in explains:
+        why = e(ns)
+        if why:
+            return why
+    return None
+
+
+def _any(checks: tuple[Check, ...], ns: Namespace) -> bool:
+    for c in checks:
+        if c(ns):
+            return True
+    return False
+
+
+def _any_explain(explains: tuple[Explain, ...], ns: Namespace) -> str | None:
+    whys = [e(ns) for e in explains]
+    return None if any(w is None for w in whys) else "none of: " + "; ".join(w for w in whys if w)
+
+
+def _negate(c: Check) -> tuple[Check, Explain]:
+    return partial(_not, c), partial(_not_explain, c)
 
 
 def _combine(kind: str, parts: list[tuple[Check, Explain]]) -> tuple[Check, Explain]:
-    checks = [c for c, _ in parts]
+    checks, explains = tuple(c for c, _ in parts), tuple(e for _, e in parts)
     if kind == "all":
-        def check(ns: Namespace) -> bool:
-            for c in checks:
-                if not c(ns):
-                    return False
-            return True
-
-        def explain(ns: Namespace) -> str | None:
-            for _, e in parts:
-                why = e(ns)
-                if why:
-                    return why
-            return None
-    else:
-        def check(ns: Namespace) -> bool:
-            for c in checks:
-                if c(ns):
-                    return True
-            return False
-
-        def explain(ns: Namespace) -> str | None:
-            whys = [e(ns) for _, e in parts]
-            return None if any(w is None for w in whys) else "none of: " + "; ".join(w for w in whys if w)
-    return check, explain
+        return partial(_all, checks), partial(_all_explain, explains)
+    return partial(_any, checks), partial(_any_explain, explains)

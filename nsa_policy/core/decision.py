@@ -71,7 +71,9 @@ class Provenance(Frozen):
     source: Literal["user", "env", "rule", "model", "none"]
     detail: str = Field(description="the flag, the environment variable, or the rule id")
     overwrote: Optional[str] = Field(default=None, description="compat bundles only: the value a rule replaced")
-    label: Optional[ProvenanceLabel] = Field(default=None, description="what the value is to the engine (PROVENANCE_LABELS)")
+    # left out of the output when unset, so that a provenance without one reads as it always has
+    label: Optional[ProvenanceLabel] = Field(default=None, exclude_if=lambda v: v is None,
+                                             description="what the value is to the engine (PROVENANCE_LABELS)")
 
     @property
     def rule(self) -> Optional[str]:
@@ -82,6 +84,14 @@ class Provenance(Frozen):
             m = _MODEL_DETAIL.fullmatch(self.detail)
             return m.group(2) if m else None
         return None
+
+    @property
+    def fact(self) -> Optional[str]:
+        """The model fact an output was taken from (source "model"), e.g. "model.index_topk"."""
+        if self.source != "model":
+            return None
+        m = _MODEL_DETAIL.fullmatch(self.detail)
+        return m.group(1) if m else self.detail or None
 
 
 # A value the model decides, taken by a rule: "model.index_topk (rule threshold.index-topk)".

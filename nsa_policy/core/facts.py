@@ -31,7 +31,9 @@ def _catalog_enum(what: str) -> Callable[[dict[str, Any]], None]:
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+    # schemas build on first use: a cold `resolve` validates few of these models, and a class's
+    # eager build was most of this module's import time
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid", defer_build=True)
 
 
 class FrozenDict(dict[Any, Any]):

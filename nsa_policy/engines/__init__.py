@@ -90,6 +90,11 @@ def get(name: str, field: str = "engine") -> Engine:
     return engine
 
 
+def only_builtin() -> bool:
+    """No out-of-tree engine is installed (what the shipped bundles compile against is all in-tree)."""
+    return set(_targets()) == set(BUILTIN)
+
+
 def every() -> tuple[Engine, ...]:
     return tuple(get(n) for n in names())
 

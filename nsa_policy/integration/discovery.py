@@ -28,12 +28,12 @@ from typing import Any, Callable, Literal, Mapping, Optional
 
 from pydantic import Field
 
+from nsa_policy.base.auto_device import AUTO
 from nsa_policy.base.errors import DeviceDiscoveryError, InputError
 from nsa_policy.catalog.store import Catalog
 from nsa_policy.core.facts import DeviceFacts, Frozen
 
 LOGGER = logging.getLogger(__name__)  # nsa_policy.integration.discovery
-AUTO = "auto"
 CUDA_ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
 
 
@@ -81,11 +81,6 @@ def auto_index(device: Any, field: str = "--device") -> tuple[bool, Optional[int
 def _is_index(text: str) -> bool:
     """ASCII digits, few enough to be a device index (str.isdigit accepts '²', which int() refuses)."""
     return re.fullmatch(r"[0-9]{1,6}", text) is not None
-
-
-def is_auto(device: Any) -> bool:
-    """'auto' or 'auto:N' (without raising on a malformed index: the resolver reports that)."""
-    return isinstance(device, str) and (device.strip().lower() == AUTO or device.strip().lower().startswith(AUTO + ":"))
 
 
 class VisibleGpu(Frozen):
