@@ -102,6 +102,10 @@ class VllmBackendDoc(_Spec):
     model_dtype: str
     backends: dict[str, VllmBackend]
     indexer: Indexer
+    # every other registered name → the first reason a DSA layer fails its validation with
+    registered: dict[str, str] = {}
+    # names AttentionConfig takes as another setting, leaving the backend to automatic selection
+    automatic_aliases: Tup[str] = ()
 
 
 class Spelling(_Spec):
@@ -181,10 +185,19 @@ class VllmCatalog:
     def backend_names(self) -> list[str]:
         return list(self.backends)
 
+    @property
+    def registered_names(self) -> list[str]:
+        """Every name vLLM's parser accepts: the DSA-relevant backends, then the other registered ones."""
+        return [*self.backends, *self.doc.registered, *self.doc.automatic_aliases]
+
+    def is_registered(self, name: str) -> bool:
+        return name.upper() in self.backends or name.upper() in self.doc.registered \
+            or name.upper() in self.doc.automatic_aliases
+
     def check_backend(self, name: str, field: str = "attention_backend") -> str:
         """vLLM parses the enum name case-insensitively (auto = None is handled by the caller)."""
         up = name.upper()
-        if up not in self.backends:
+        if not self.is_registered(up):
             raise InputError(field, name, self.backend_names, hint="not a vLLM attention backend")
         return up
 

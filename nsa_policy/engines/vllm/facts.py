@@ -24,7 +24,7 @@ def vllm_fact(ns: Any, what: str) -> Any:
     v = load_vllm()
     if what == "backend_known":
         b = ns["config.attention_backend"]
-        return b is None or b.upper() in v.backends
+        return b is None or v.is_registered(b)
     if what == "kv_known":
         return ns["config.kv_cache_dtype"] in (v.argument("kv_cache_dtype").choices or ())
     if what == "indexer_dtype_known":
@@ -36,6 +36,8 @@ def vllm_fact(ns: Any, what: str) -> Any:
     if what == "quantized_kv":
         return None if kv is None else kv not in UNQUANTIZED_KV
     backend = ns["out.attention_backend"]
+    if backend in v.doc.registered:  # another registered name: a DSA layer fails its validation
+        return {"valid": False, "reasons": str([v.doc.registered[backend]])}.get(what)
     if backend is None or backend not in v.backends:
         return None
     spec = v.backends[backend]
