@@ -321,7 +321,7 @@ def load_vllm() -> VllmCatalog:
 
 def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
     """The sel.* facts vLLM's selector sees, from a rule namespace (after the model hook)."""
-    mla = _family_mla(catalog, ns["model.family"])
+    mla = family_mla(catalog, ns["model.family"])
     # the model's own RoPE dim (config.json) wins over its family's
     rope = ns["model.qk_rope_head_dim"] if ns["model.qk_rope_head_dim"] is not None else mla.get("qk_rope_head_dim")
     heads = ns["derived.heads_per_rank"] or 0
@@ -340,6 +340,6 @@ def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
     }
 
 
-def _family_mla(catalog: Any, family: Optional[str]) -> dict[str, int]:
+def family_mla(catalog: Any, family: Optional[str]) -> dict[str, int]:
     spec = catalog.model_doc.families.get(family) if family else None
     return dict(spec.mla) if spec is not None and spec.mla else {}

@@ -11,9 +11,9 @@ from typing import Any
 
 # what → nothing: the facts of the family (vllm.<what>)
 FACTS = ("backend_known", "kv_known", "quantized_kv", "valid", "reasons", "stored_kv", "dense_prefill", "crashes",
-         "fails_after_selection", "block_size", "indexer_mxfp4_ok", "indexer_dtype_known", "block_size_cause")
+         "fails_after_selection", "block_size", "indexer_mxfp4_ok", "indexer_dtype_known", "block_size_cause", "head_size")
 # The input checks read the flags alone, the MXFP4 indexer check the device alone; the rest read the outputs.
-INPUTS = {"backend_known": frozenset({"config"}), "kv_known": frozenset({"config"}),
+INPUTS = {"backend_known": frozenset({"config"}), "head_size": frozenset({"model"}), "kv_known": frozenset({"config"}),
           "indexer_dtype_known": frozenset({"config"}), "indexer_mxfp4_ok": frozenset({"device"})}
 OUTPUTS_READ = ("attention_backend", "requested_kv_cache_dtype")
 
@@ -35,6 +35,12 @@ def vllm_fact(ns: Any, what: str) -> Any:
     kv = ns["out.requested_kv_cache_dtype"]
     if what == "quantized_kv":
         return None if kv is None else kv not in UNQUANTIZED_KV
+    if what == "head_size":  # the MLA head the selector sees: kv_lora_rank + qk_rope_head_dim (512: NoPE)
+        from nsa_policy.engines.vllm.catalog import family_mla
+
+        mla = family_mla(ns.catalog, ns["model.family"])
+        rope = ns["model.qk_rope_head_dim"] if ns["model.qk_rope_head_dim"] is not None else mla.get("qk_rope_head_dim")
+        return mla["kv_lora_rank"] + (rope or 0) if mla.get("kv_lora_rank") is not None else None
     if what == "block_size_cause":
         return _block_size_cause(ns, v)
     backend = ns["out.attention_backend"]
