@@ -112,6 +112,15 @@ def run(rows: list[dict]) -> dict:
             "policy_seconds": round(time.perf_counter() - t0, 1), "first_differences": diffs[:20]}
 
 
+def _not_compared(res: Optional[dict]) -> str:
+    if res is None:
+        return "-"
+    refused = res.get("not_dsa_refused", {})
+    return (f"sampled: {res['host_limited']:,} inputs where this GPU-less host raised inside vLLM's backend validation "
+            f"(ROCm probes of torch.cuda), not an answer of vLLM's; {sum(refused.values()):,} inputs of a model without "
+            f"DSA that vLLM refuses for its parallel shape ({refused}), where nsa-policy does not apply and says nothing")
+
+
 def _row(label: str, res: Optional[dict]) -> str:
     if res is None:
         return f"| {label} | not run |"
@@ -144,7 +153,7 @@ Measured {meta['date']} on {meta['machine']}: `scripts/vllm_oracle/oracle.py` (v
 {_row('sampled agreement', sampled)}
 | compared | {COMPARED} |
 | vLLM raised | grid {grid['vllm_raised']:,}; sampled {sampled['vllm_raised'] if sampled else 0:,} inputs |
-| not compared | sampled {sampled['host_limited'] if sampled else 0:,} inputs where this GPU-less host raised inside vLLM's backend validation (ROCm probes of torch.cuda), not an answer of vLLM's; {sum((sampled or {}).get('not_dsa_refused', {}).values()):,} inputs of a model without DSA that vLLM refuses for its parallel shape ({(sampled or {}).get('not_dsa_refused', {})}), where nsa-policy does not apply and says nothing |
+| not compared | {_not_compared(sampled)} |
 | policy time | grid {grid['policy_seconds']} s, sampled {sampled['policy_seconds'] if sampled else 0} s (trace off) |
 
 Disagreements by class, sampled run (none listed: none left):

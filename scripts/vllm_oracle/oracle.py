@@ -226,7 +226,11 @@ def one(point: dict) -> dict:
         size = block if block is not None else PLAT._preferred_block_size_for_backends(
             [backend, DeepseekV32IndexerBackend], 16, cfg)
         dense_impl = getattr(backend.get_impl_cls(), "supports_dense_mha_prefill", True)
-        dense = dense_impl and sparse_mla_attention._use_dense_mha_prefill(cfg, spec["index_topk"], spec["index_topk"])
+        # the metadata builder adds `and not (self.use_pcp and self.dcp_world_size > 1)` (sparse_mla_attention.py,
+        # "Dense MHA cannot be used under PCP+DCP"); it reads both from process groups a GPU-less host has not
+        # got, so they come from the ParallelConfig built above
+        dense = (dense_impl and sparse_mla_attention._use_dense_mha_prefill(cfg, spec["index_topk"], spec["index_topk"])
+                 and not (pc.prefill_context_parallel_size > 1 and pc.decode_context_parallel_size > 1))
         return {"attention_backend": backend.get_name(), "requested_kv_cache_dtype": sel_kv, "kv_cache_dtype": final,
                 "page_size": size, "dense_attn_kv_len_threshold": spec["index_topk"] if dense else None}
 
