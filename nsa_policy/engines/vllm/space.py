@@ -35,8 +35,13 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
     families = catalog.model_doc.families
     models = [m for m in representative_models(catalog) if (f := catalog.model(m).family) and families[f].mla]
     model = Dim("model", tuple(Value(label=m, model=m) for m in models), counts_for_size=False)
+    # the KV dtypes a DSA backend names, nvfp4, and one of the other quantized-cache families (turboquant,
+    # octave, ...: every sparse backend refuses them alike, so one stands for all)
+    choices = v.argument("kv_cache_dtype").choices or ()
+    named = {k for spec in v.backends.values() for k in spec.kv_cache_dtypes} | {"nvfp4", "fp8_e5m2", "fp8_inc"}
+    kv_values = [k for k in choices if k in named] + [k for k in choices if k not in named][:1]
     kv = Dim("kv_cache_dtype", (cfg_value("auto"),) + tuple(
-        cfg_value(k, kv_cache_dtype=k) for k in v.argument("kv_cache_dtype").choices or () if k != "auto"))
+        cfg_value(k, kv_cache_dtype=k) for k in kv_values if k != "auto"))
     forced = Dim("attention_backend", (cfg_value("unset"),) + tuple(
         cfg_value(b, attention_backend=b) for b in v.backend_names))
     shapes = Dim("parallel", (cfg_value("tp1"), cfg_value("tp2", tp_size=2), cfg_value("tp4", tp_size=4),
