@@ -168,6 +168,15 @@ Grid disagreements by class (none listed: none left):
 |---|---|
 {grid_classes}
 
+Classes the sampled run found (issue 21), each a rule test before its fix: TP % DCP and PCP x DCP shapes vLLM's
+ParallelConfig refuses (`vllm-base/tests/common.yaml` tp1-dcp2-refused, tp8-dcp3-refused, pcp2-dcp4-tp8-refused);
+on ROCm every registered backend name and every KV dtype is taken and ignored or stored as asked
+(`vllm-0.33/tests/forced.yaml` mi300x-*); on CUDA every registered name parses and fails validation, XPU_MLA_SPARSE
+is accepted (h200-forced-xpu-sparse-accepted-then-crashes), CUTLASS_MSA/TRITON_MSA select automatically
+(h200-msa-alias-selects-automatically); a harness gap, fixed in the oracle: dense short prefill is off under PCP+DCP.
+Left: Intel XPU, where vLLM's platform returns XPU_MLA_SPARSE (TURBOQUANT for its KV dtypes) and the bundles refuse
+with NSA155 because its KV layout and block size are not modelled.
+
 Checks reached: ParallelConfig's own validation (`tp % dcp`, PCP x DCP: config/parallel.py, which
 EngineArgs.create_engine_config runs before any model code), ModelConfig.verify_with_parallel_config (heads % TP),
 AttentionConfig's parsing (the MiniMax MSA aliases leave the backend to automatic selection), the model hook, the
