@@ -25,3 +25,15 @@ def test_rocm_ignored_backend_is_labelled() -> None:
 def test_unlabelled_when_the_engine_runs_the_value() -> None:
     d = nsa_policy.resolve({}, device="mi300x", model="deepseek-ai/DeepSeek-V3.2", policy="vllm-0.33")
     assert d.provenance["attention_backend"].label is None
+
+
+def test_lint_refuses_tp_not_divisible_by_dcp(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from nsa_policy.cli import app
+
+    (tmp_path / "serve.sh").write_text("# nsa-policy: device=h200\n"
+                                       "vllm serve deepseek-ai/DeepSeek-V3.2 -tp 1 --decode-context-parallel-size 2\n")
+    res = CliRunner().invoke(app, ["lint", str(tmp_path)])
+    assert res.exit_code == 1
+    assert "NSA003" in res.output and "tp_size=1 must be divisible by dcp_size=2." in res.output
