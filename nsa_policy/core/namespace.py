@@ -21,7 +21,8 @@ STATIC_PATHS = frozenset(
                               "qk_rope_head_dim")]
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
-    + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible")]
+    + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible",
+                                "tp_dcp_divisible", "pcp_dcp_valid", "pcp_dcp_sizes")]
     + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
                                "dsa_flags_set", "spellings", "release")]
@@ -80,6 +81,8 @@ _PATH_INPUTS = {
     "derived.tp_size": frozenset({"config"}),
     "derived.attn_tp_size": frozenset({"config"}), "derived.tp_divisible": frozenset({"config"}),
     "derived.heads_per_rank": frozenset({"model", "config"}), "derived.heads_divisible": frozenset({"model", "config"}),
+    "derived.tp_dcp_divisible": frozenset({"config"}), "derived.pcp_dcp_valid": frozenset({"config"}),
+    "derived.pcp_dcp_sizes": frozenset({"config"}),
 }
 _PROV_INPUTS = frozenset({"config", "env"})
 
@@ -217,6 +220,11 @@ def engines_every() -> list[Any]:
     return list(engines.every())
 
 
+def _pcp_dcp_sizes(c: ServingConfig) -> set[int]:
+    pcp = c.prefill_context_parallel_size
+    return {1, pcp, effective_tp_size(c) * pcp}
+
+
 def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactNamespace:
     """The namespace of one evaluation; `engine` (default: the config's) reads config.* in its own names."""
     if engine is None:
@@ -247,6 +255,11 @@ def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactN
         "derived.attn_tp_size": x.attn_tp_size, "derived.heads_per_rank": x.heads_per_rank,
         "derived.tp_divisible": (effective_tp_size(c) % c.dp_size == 0) if c.enable_dp_attention else True,
         "derived.heads_divisible": (m.num_attention_heads % x.attn_tp_size == 0) if m.num_attention_heads else True,
+        # Without prefill CP, decode CP reuses the TP ranks (tp % dcp == 0); with it, DCP spans nothing, the
+        # PCP axis or TP x PCP (the DCP sizes a parallel layout can have; vLLM's ParallelConfig checks both)
+        "derived.tp_dcp_divisible": effective_tp_size(c) % c.dcp_size == 0,
+        "derived.pcp_dcp_valid": c.dcp_size in _pcp_dcp_sizes(c),
+        "derived.pcp_dcp_sizes": str(sorted(_pcp_dcp_sizes(c))),
         "input.prefill_backend_known": c.prefill_backend is None or c.prefill_backend in names,
         "input.decode_backend_known": c.decode_backend is None or c.decode_backend in names,
         "input.threshold": threshold, "input.threshold_source": source,

@@ -45,7 +45,7 @@ FLAG_KEYS = ("rejected", "warning_codes_nonempty")  # warning_codes_nonempty: th
 # Every Decision field is an output a case may pin, except the findings, trace and echoed inputs.
 OUTPUT_KEYS = tuple(k for k in Decision.model_fields if k not in ("warnings", "errors", "notes", "provenance",
                                                                   "trace", "inputs"))
-EXPECT_KEYS = OUTPUT_KEYS + FLAG_KEYS + tuple(CODE_KEYS) + ("rules",)
+EXPECT_KEYS = OUTPUT_KEYS + FLAG_KEYS + tuple(CODE_KEYS) + ("rules", "message_contains")
 
 
 class _Strict(BaseModel):
@@ -81,6 +81,8 @@ class Expectation(_Strict):
     notes: tuple[str, ...] = ()
     absent_codes: tuple[str, ...] = ()
     rules: tuple[str, ...] = ()
+    # text some finding's message must contain: where the wording is the engine's own (its error message)
+    message_contains: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,10 @@ def _expectation(data: LineDict, where: list[str | int], name: str, path: Path) 
             if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
                 raise e("rules: a list of rule ids that must fire")
             out[key] = tuple(value)
+        elif key == "message_contains":
+            if not isinstance(value, str) or not value:
+                raise e("message_contains: the text (a non-empty string) some finding's message must contain")
+            out[key] = value
         else:
             near = closest(str(key), EXPECT_KEYS)
             raise e(f"{key}: unknown key" + (f"; did you mean {near!r}?" if near else "")
@@ -378,6 +384,9 @@ def compare(expect: Expectation, decision: Decision, rule_ids: Sequence[str]) ->
     if present:
         by = {f.code: f.rule for f in decision.findings}
         problems.append("absent_codes: " + ", ".join(f"{c} was emitted (rule {by[c]})" for c in present))
+    if expect.message_contains is not None and not any(expect.message_contains in f.message for f in decision.findings):
+        problems.append(f"message_contains: no finding's message contains {expect.message_contains!r}; got "
+                        + ("; ".join(f"{f.code} {f.message}" for f in decision.findings) or "no finding"))
     trace = {t.rule: t for t in decision.trace}
     for rid in expect.rules:
         entry = trace.get(rid)

@@ -58,3 +58,12 @@ def test_cli_dry_run_json():
     assert out["engine"] == "vllm" and out["vllm"] == "0.33.0"
     assert out["added_flags"] == ["--attention-backend FLASHINFER_MLA_SPARSE_SM120", "--kv-cache-dtype fp8_ds_mla",
                                   "--block-size 64"]
+
+
+@pytest.mark.parametrize("tp, dcp", [("1", "2"), ("8", "3")])
+def test_tp_not_divisible_by_dcp_runs_nothing_with_vllms_message(tp, dcp):
+    # vLLM's ParallelConfig raises before the model loads (config/parallel.py, 0.33.0)
+    with pytest.raises(PolicyError) as exc:
+        plan_vllm_launch(["vllm", "serve", DSV32, "-tp", tp, "-dcp", dcp], device="h200")
+    [err] = [e for e in exc.value.decision.errors if e.code == "NSA003"]
+    assert f"tp_size={tp} must be divisible by dcp_size={dcp}." in err.message

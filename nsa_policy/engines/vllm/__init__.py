@@ -45,8 +45,12 @@ class VllmEngine(Engine):
     def seed_outputs(self, ns: Any) -> Iterator[tuple[str, Any, str, str]]:
         # A forced --attention-backend and a --block-size are outputs as given. The KV dtype is not:
         # the bundle's model-hook rules read the flag, and vLLM rewrites it after selection.
-        if ns["config.attention_backend"] is not None and ns["vllm.backend_known"]:
-            yield "attention_backend", ns["config.attention_backend"], "user", "--attention-backend"
+        from nsa_policy.engines.vllm.catalog import load_vllm
+
+        forced = ns["config.attention_backend"]
+        # MiniMax's MSA decode-kernel aliases leave the backend to automatic selection (AttentionConfig)
+        if forced is not None and ns["vllm.backend_known"] and forced.upper() not in load_vllm().doc.automatic_aliases:
+            yield "attention_backend", forced, "user", "--attention-backend"
         if ns["config.page_size"] is not None:
             yield "page_size", ns["config.page_size"], "user", "--block-size"
 

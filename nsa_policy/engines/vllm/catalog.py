@@ -102,6 +102,10 @@ class VllmBackendDoc(_Spec):
     model_dtype: str
     backends: dict[str, VllmBackend]
     indexer: Indexer
+    # every other registered name → the first reason a DSA layer fails its validation with
+    registered: dict[str, str] = {}
+    # names AttentionConfig takes as another setting, leaving the backend to automatic selection
+    automatic_aliases: Tup[str] = ()
 
 
 class Spelling(_Spec):
@@ -181,10 +185,19 @@ class VllmCatalog:
     def backend_names(self) -> list[str]:
         return list(self.backends)
 
+    @property
+    def registered_names(self) -> list[str]:
+        """Every name vLLM's parser accepts: the DSA-relevant backends, then the other registered ones."""
+        return [*self.backends, *self.doc.registered, *self.doc.automatic_aliases]
+
+    def is_registered(self, name: str) -> bool:
+        return name.upper() in self.backends or name.upper() in self.doc.registered \
+            or name.upper() in self.doc.automatic_aliases
+
     def check_backend(self, name: str, field: str = "attention_backend") -> str:
         """vLLM parses the enum name case-insensitively (auto = None is handled by the caller)."""
         up = name.upper()
-        if up not in self.backends:
+        if not self.is_registered(up):
             raise InputError(field, name, self.backend_names, hint="not a vLLM attention backend")
         return up
 
@@ -308,7 +321,7 @@ def load_vllm() -> VllmCatalog:
 
 def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
     """The sel.* facts vLLM's selector sees, from a rule namespace (after the model hook)."""
-    mla = _family_mla(catalog, ns["model.family"])
+    mla = family_mla(catalog, ns["model.family"])
     # the model's own RoPE dim (config.json) wins over its family's
     rope = ns["model.qk_rope_head_dim"] if ns["model.qk_rope_head_dim"] is not None else mla.get("qk_rope_head_dim")
     heads = ns["derived.heads_per_rank"] or 0
@@ -327,6 +340,6 @@ def selector_facts(ns: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
     }
 
 
-def _family_mla(catalog: Any, family: Optional[str]) -> dict[str, int]:
+def family_mla(catalog: Any, family: Optional[str]) -> dict[str, int]:
     spec = catalog.model_doc.families.get(family) if family else None
     return dict(spec.mla) if spec is not None and spec.mla else {}

@@ -11,9 +11,9 @@ from typing import Any
 
 # what → nothing: the facts of the family (vllm.<what>)
 FACTS = ("backend_known", "kv_known", "quantized_kv", "valid", "reasons", "stored_kv", "dense_prefill", "crashes",
-         "fails_after_selection", "block_size", "indexer_mxfp4_ok", "indexer_dtype_known")
+         "fails_after_selection", "block_size", "indexer_mxfp4_ok", "indexer_dtype_known", "block_size_cause", "head_size")
 # The input checks read the flags alone, the MXFP4 indexer check the device alone; the rest read the outputs.
-INPUTS = {"backend_known": frozenset({"config"}), "kv_known": frozenset({"config"}),
+INPUTS = {"backend_known": frozenset({"config"}), "head_size": frozenset({"model"}), "kv_known": frozenset({"config"}),
           "indexer_dtype_known": frozenset({"config"}), "indexer_mxfp4_ok": frozenset({"device"})}
 OUTPUTS_READ = ("attention_backend", "requested_kv_cache_dtype")
 
@@ -24,7 +24,7 @@ def vllm_fact(ns: Any, what: str) -> Any:
     v = load_vllm()
     if what == "backend_known":
         b = ns["config.attention_backend"]
-        return b is None or b.upper() in v.backends
+        return b is None or v.is_registered(b)
     if what == "kv_known":
         return ns["config.kv_cache_dtype"] in (v.argument("kv_cache_dtype").choices or ())
     if what == "indexer_dtype_known":
@@ -35,7 +35,17 @@ def vllm_fact(ns: Any, what: str) -> Any:
     kv = ns["out.requested_kv_cache_dtype"]
     if what == "quantized_kv":
         return None if kv is None else kv not in UNQUANTIZED_KV
+    if what == "head_size":  # the MLA head the selector sees: kv_lora_rank + qk_rope_head_dim (512: NoPE)
+        from nsa_policy.engines.vllm.catalog import family_mla
+
+        mla = family_mla(ns.catalog, ns["model.family"])
+        rope = ns["model.qk_rope_head_dim"] if ns["model.qk_rope_head_dim"] is not None else mla.get("qk_rope_head_dim")
+        return mla["kv_lora_rank"] + (rope or 0) if mla.get("kv_lora_rank") is not None else None
+    if what == "block_size_cause":
+        return _block_size_cause(ns, v)
     backend = ns["out.attention_backend"]
+    if backend in v.doc.registered:  # another registered name: a DSA layer fails its validation
+        return {"valid": False, "reasons": str([v.doc.registered[backend]])}.get(what)
     if backend is None or backend not in v.backends:
         return None
     spec = v.backends[backend]
@@ -56,3 +66,17 @@ def vllm_fact(ns: Any, what: str) -> Any:
     if what == "valid":
         return not reasons
     return str(list(reasons))  # "reasons": as vLLM prints them in its ValueError
+
+
+def _block_size_cause(ns: Any, v: Any) -> Any:
+    """With a --block-size: the sparse backends that validate here without it but not with it, as
+    "NAME (multiples of N)", joined; None when the block size turns none away (or none is given)."""
+    from nsa_policy.engines.vllm.catalog import selector_facts
+
+    if ns["config.page_size"] is None or ns["out.requested_kv_cache_dtype"] is None:
+        return None
+    sel = selector_facts(ns, ns.catalog)
+    freed = [f"{name} (multiples of {'/'.join(map(str, spec.block_sizes))})" for name, spec in v.backends.items()
+             if spec.sparse and spec.block_sizes and v.reasons(name, sel)
+             and not v.reasons(name, {**sel, "sel.block_size": None})]
+    return ", ".join(freed) or None

@@ -34,9 +34,20 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
     # one model per family vLLM's backend checks have the MLA dimensions of (catalog `mla`)
     families = catalog.model_doc.families
     models = [m for m in representative_models(catalog) if (f := catalog.model(m).family) and families[f].mla]
-    model = Dim("model", tuple(Value(label=m, model=m) for m in models), counts_for_size=False)
+    # and, for a family with MLA dimensions but no catalogued checkpoint (glm5_next: head 512, NoPE), its
+    # first architecture as a config.json would give it
+    covered = {catalog.model(m).family for m in models}
+    bare = [(f, spec.architectures[0]) for f, spec in families.items() if spec.mla and f not in covered]
+    model = Dim("model", tuple(Value(label=m, model=m) for m in models) + tuple(
+        Value(label=f"{arch} (index_topk 2048, 64 heads)", arch=(arch, 2048, 64)) for _, arch in bare),
+        counts_for_size=False)
+    # the KV dtypes a DSA backend names, nvfp4, and one of the other quantized-cache families (turboquant,
+    # octave, ...: every sparse backend refuses them alike, so one stands for all)
+    choices = v.argument("kv_cache_dtype").choices or ()
+    named = {k for spec in v.backends.values() for k in spec.kv_cache_dtypes} | {"nvfp4", "fp8_e5m2", "fp8_inc"}
+    kv_values = [k for k in choices if k in named] + [k for k in choices if k not in named][:1]
     kv = Dim("kv_cache_dtype", (cfg_value("auto"),) + tuple(
-        cfg_value(k, kv_cache_dtype=k) for k in v.argument("kv_cache_dtype").choices or () if k != "auto"))
+        cfg_value(k, kv_cache_dtype=k) for k in kv_values if k != "auto"))
     forced = Dim("attention_backend", (cfg_value("unset"),) + tuple(
         cfg_value(b, attention_backend=b) for b in v.backend_names))
     shapes = Dim("parallel", (cfg_value("tp1"), cfg_value("tp2", tp_size=2), cfg_value("tp4", tp_size=4),
@@ -57,7 +68,12 @@ def vllm_space(catalog: Optional[Catalog] = None) -> Space:
                                     cfg_value(VLLM_INVALID_KV, kv_cache_dtype=VLLM_INVALID_KV)))
     bad_other = Dim("input", (cfg_value("valid"), cfg_value(f"indexer_kv_dtype {VLLM_INVALID_INDEXER}",
                                                    indexer_kv_dtype=VLLM_INVALID_INDEXER),
-                              cfg_value("tp6 (heads do not split)", tp_size=6)))
+                              cfg_value("tp6 (heads do not split)", tp_size=6),
+                              # parallel shapes vLLM's ParallelConfig refuses (tp % dcp; PCP x DCP)
+                              cfg_value("tp1 dcp2 (tp % dcp)", tp_size=1, dcp_size=2),
+                              cfg_value("tp8 dcp3 (tp % dcp)", tp_size=8, dcp_size=3),
+                              cfg_value("pcp2 dcp4 tp8 (PCP x DCP)", prefill_context_parallel_size=2, tp_size=8,
+                                        dcp_size=4)))
     # devices vLLM's DSA catalog does not describe (Intel XPU, CPU): the bundles must refuse them with a finding
     others = Dim("device", tuple(Value(label=c, device=c, covers=(c,)) for c in catalog.device_doc.classes
                                  if catalog.device(c).vendor not in v.doc.indexer.block_sizes), counts_for_size=False)
