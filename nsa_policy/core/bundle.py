@@ -697,7 +697,12 @@ def _cached(name_or_dir: str) -> CompiledBundle:
 
     # A shipped bundle compiles to the same objects every time: a fresh process loads them from
     # their snapshot. Not when an out-of-tree engine is registered: its rules and checks are input.
-    shipped = _shipped(name_or_dir) if "/" not in name_or_dir and "\\" not in name_or_dir else None
+    plain = "/" not in name_or_dir and "\\" not in name_or_dir
+    shipped = _shipped(name_or_dir) if plain else None
+    if shipped is None and plain and not Path(name_or_dir).exists():
+        release = release_bundle(name_or_dir)  # sglang-0.5.23 compiles to what sglang-0.5.22 does
+        if release is not None and release != name_or_dir and _shipped(release) is not None:
+            return _cached(release)
     if shipped is None or not snapshot.enabled(shipped / BUNDLE_FILE) or not engines.only_builtin():
         return compile_bundle(name_or_dir)
     return snapshot.cached_over_rules(f"bundle:{name_or_dir}", lambda: compile_bundle(name_or_dir))

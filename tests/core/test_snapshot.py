@@ -109,3 +109,60 @@ def test_the_snapshot_folder_is_ignored_by_git() -> None:
     root = Path(__file__).resolve().parents[2]
     assert "__snapshot__/" in (root / ".gitignore").read_text().splitlines()
     assert os.sep + "__snapshot__" not in str(packaged_rules_dir())
+
+
+def _decision_view(bundle_name: str) -> list[object]:
+    """Decisions of one bundle on a few inputs, as JSON: what a compiled bundle is for."""
+    from nsa_policy import build_facts, decide
+
+    out = []
+    for device, extra in (("h200", {}), ("b200", {"kv_cache_dtype": "fp8_e4m3"}), ("gb10", {}),
+                          ("mi300x", {}), ("h20", {"dcp_size": 2, "tp_size": 8})):
+        facts = build_facts(extra, device=device, model="deepseek-ai/DeepSeek-V3.2")
+        d = decide(facts, bundle_name, trace=True)
+        out.append(d.model_dump(mode="json", exclude={"decision_id", "timestamp"}))
+    return out
+
+
+def test_a_compiled_bundle_from_its_snapshot_decides_as_a_fresh_compile(folder, monkeypatch) -> None:
+    from nsa_policy.core import bundle as bundle_mod
+
+    for name in ("default", "sglang-0.5.23", "sglang-0.5.12"):
+        monkeypatch.setenv("NSA_POLICY_NO_SNAPSHOT", "1")
+        bundle_mod._cached.cache_clear()
+        bundle_mod._BY_ARG.clear()
+        fresh = _decision_view(name)
+        monkeypatch.delenv("NSA_POLICY_NO_SNAPSHOT")
+        real = bundle_mod.compile_bundle
+        compiled: list[str] = []
+        monkeypatch.setattr(bundle_mod, "compile_bundle", lambda n, *a, **k: compiled.append(n) or real(n, *a, **k))
+        for _ in range(2):  # the first compiles and writes the snapshot, the second reads it back
+            bundle_mod._cached.cache_clear()
+            bundle_mod._BY_ARG.clear()
+            assert _decision_view(name) == fresh, name
+        assert len(compiled) == 1  # sglang-0.5.23 compiles as the bundle that answers for it
+        monkeypatch.setattr(bundle_mod, "compile_bundle", real)
+    assert len(list(folder.glob("*.pickle"))) >= 3
+    bundle_mod._cached.cache_clear()
+    bundle_mod._BY_ARG.clear()
+
+
+def test_a_compiled_bundle_snapshot_is_keyed_by_every_shipped_rule_file(folder, tmp_path, monkeypatch) -> None:
+    calls: list[int] = []
+    assert snapshot.cached_over_rules("bundle:x", lambda: calls.append(1) or "v1") == "v1"
+    assert snapshot.cached_over_rules("bundle:x", lambda: calls.append(1) or "v2") == "v1"
+    assert snapshot.cached_over_rules("bundle:y", lambda: calls.append(1) or "v3") == "v3"
+    # a rule file that changes (here: its mtime, as an edit sets it) gives another key
+    root = packaged_rules_dir()
+    assert root is not None
+    target = root / "catalog" / "devices.yaml"
+    st = target.stat()
+    try:
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        assert snapshot.cached_over_rules("bundle:x", lambda: calls.append(1) or "v4") == "v4"
+    finally:
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert snapshot.cached_over_rules("bundle:x", lambda: calls.append(1) or "v5") == "v1"
+    monkeypatch.setenv("NSA_POLICY_NO_SNAPSHOT", "1")
+    assert snapshot.cached_over_rules("bundle:x", lambda: "off") == "off"
+    assert len(calls) == 3
