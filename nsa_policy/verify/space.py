@@ -462,6 +462,19 @@ SERVING_VARIANTS = (
 )
 
 
+# Speculative decoding as sglang 0.5.15+ resolves it for a DSA model (arg_groups/speculative_hook.py):
+# the draft parameters given in part, or the steps without the top-k, a paged draft tree, NGRAM.
+SPECULATIVE_VARIANTS = (
+    cfg_value("EAGLE, top-k without the steps", speculative_algorithm="EAGLE", speculative_eagle_topk=4),
+    cfg_value("EAGLE, steps without the top-k", speculative_algorithm="EAGLE", speculative_num_steps=3),
+    cfg_value("EAGLE, steps 3 top-k 4 draft 8", speculative_algorithm="EAGLE", speculative_num_steps=3,
+              speculative_eagle_topk=4, speculative_num_draft_tokens=8),
+    cfg_value("NEXTN, steps 3 top-k 1 draft 4", speculative_algorithm="NEXTN", speculative_num_steps=3,
+              speculative_eagle_topk=1, speculative_num_draft_tokens=4),
+    cfg_value("NGRAM", speculative_algorithm="NGRAM"),
+)
+
+
 # Prefill context parallel as the sglang releases check it (strategy, DP, world size, PD role, dcp); the
 # generic switch of 0.5.10-0.5.19 with its zigzag default.
 PREFILL_CP_VARIANTS = (
@@ -521,6 +534,7 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
         Block("variants", (device, Dim("model", _model_variants(topk), counts_for_size=False), kv3,
                            side("prefill", all_choices), Dim("serving", SERVING_VARIANTS))),
         Block("prefill_cp", (device, model, Dim("prefill_cp", PREFILL_CP_VARIANTS))),
+        Block("speculative", (device, model, kv3, Dim("speculative", SPECULATIVE_VARIANTS))),
         Block("not_dsa_prefill_cp", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                                  counts_for_size=False), Dim("prefill_cp", PREFILL_CP_VARIANTS))),
         Block("not_dsa", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),

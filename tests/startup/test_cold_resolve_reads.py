@@ -49,12 +49,15 @@ def chain(bundle: str) -> set[str]:
     return found
 
 
-def folders_read(tmp_path: Path, *args: str) -> set[str]:
+def folders_read(tmp_path: Path, *args: str, snapshots: bool = False) -> set[str]:
     log = tmp_path / "opened.json"
     # the child imports the package this test imported (a checkout's or an installed one), so both
     # see the same rules folder; cwd is a bare folder, so nothing else there shadows it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(nsa_policy.__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH", "")])}
+    env.pop("NSA_POLICY_NO_SNAPSHOT", None)
+    if not snapshots:  # parse the rules, as a first process (or a read-only install without a cache) does
+        env["NSA_POLICY_NO_SNAPSHOT"] = "1"
     proc = subprocess.run([sys.executable, "-c", CHILD, str(log), "resolve", *args, "--json"],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
@@ -77,3 +80,11 @@ def test_cold_resolve_reads_only_the_bundle_and_its_ancestors(tmp_path: Path, po
     shipped = {p.name for p in policy_dir().iterdir() if (p / "bundle.yaml").is_file()}
     if policy == "default":  # the point of the test: other bundles ship and were not read
         assert shipped - expected
+
+
+@pytest.mark.parametrize("policy", ["default", "sglang-0.5.23"])
+def test_a_cold_resolve_from_the_snapshots_reads_no_rule_file_at_all(tmp_path: Path, policy: str) -> None:
+    args = ("--device", "b200", "--model", "deepseek-ai/DeepSeek-V3.2", "--policy", policy)
+    folders_read(tmp_path, *args, snapshots=True)  # writes the snapshots (the package folder, else ~/.cache)
+    # the compiled bundle and the catalog come from their snapshots: the rule files are only stat'ed
+    assert folders_read(tmp_path, *args, snapshots=True) == set()
