@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
+from nsa_policy.base.auto_device import is_auto
 from nsa_policy.base.errors import InputError
 from nsa_policy.catalog.store import Catalog
 from nsa_policy.core.facts import DeviceFacts, Environment, ModelFacts, ServingConfig
@@ -99,6 +100,8 @@ def device_from(device: Any, catalog: Catalog) -> DeviceFacts:
     if isinstance(device, DeviceFacts):
         return catalog.check_device(device)  # its class must be one of the loaded catalog's
     if isinstance(device, str):
+        if not is_auto(device):  # a named device: the NVML reader is not imported
+            return catalog.device(device)
         from nsa_policy.integration.discovery import auto_index, discover
 
         auto, index = auto_index(device)  # 'auto' (the rank's GPU) or 'auto:N' (CUDA device N)
