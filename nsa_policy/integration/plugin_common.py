@@ -67,6 +67,15 @@ def mode(env: Optional[Mapping[str, str]] = None) -> Mode:
     raise InputError(MODE_VAR, env.get(MODE_VAR), valid=list(MODES))
 
 
+def mode_or_off(logger: Any) -> Mode:
+    """mode(), or "off" when NSA_POLICY is not a mode: logged, and the engine starts as without the plugin."""
+    try:
+        return mode()
+    except Exception as exc:  # noqa: BLE001 - a bad NSA_POLICY never stops the engine
+        logger.error("nsa-policy plugin disabled: %s", exc)
+        return "off"
+
+
 def bundle(env: Optional[Mapping[str, str]] = None, default: str = "default") -> str:
     env = os.environ if env is None else env
     return str(env.get(BUNDLE_VAR, "")).strip() or default

@@ -62,11 +62,7 @@ def _quiet_logger() -> logging.Logger:
 
 def register() -> None:
     """The entry point: register the seam this sglang release offers. Never raises."""
-    try:
-        current = pc.mode()
-    except Exception as exc:
-        LOGGER.error("nsa-policy plugin disabled: %s", exc)
-        return
+    current = pc.mode_or_off(LOGGER)
     if current == "off":
         return
     pc.guarded(LOGGER, "fill", "register", _register)  # registration problems never stop sglang
@@ -267,11 +263,7 @@ def refuse_scheduler_hook(*args: Any, **kwargs: Any) -> None:
 
 def resolution_hook(server_args: Any, previous: Callable[[Any], None]) -> None:
     """`fn(server_args, previous)` for handle_model_specific_adjustments (sglang 0.5.20+)."""
-    try:
-        current = pc.mode()
-    except Exception as exc:
-        LOGGER.error("nsa-policy plugin disabled: %s", exc)
-        current = "off"
+    current = pc.mode_or_off(LOGGER)
     if current == "off":
         previous(server_args)
         return
@@ -370,11 +362,7 @@ def _fill_record(server_args: Any, applied: Any) -> None:
 def post_init_hook(server_args: Any, *args: Any, **kwargs: Any) -> Any:
     """A HookRegistry BEFORE hook on ServerArgs.__post_init__: fill the unset fields on the dataclass
     before sglang's own __post_init__ resolves and validates them. Returns None (arguments unchanged)."""
-    try:
-        current = pc.mode()
-    except Exception as exc:
-        LOGGER.error("nsa-policy plugin disabled: %s", exc)
-        return None
+    current = pc.mode_or_off(LOGGER)
     if current == "off":
         return None
     timer = pc.Timer()

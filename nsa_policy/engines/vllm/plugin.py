@@ -48,11 +48,7 @@ def _quiet_logger() -> logging.Logger:
 
 def register() -> None:
     """The entry point. Never raises."""
-    try:
-        current = pc.mode()
-    except Exception as exc:
-        LOGGER.error("nsa-policy plugin disabled: %s", exc)
-        return
+    current = pc.mode_or_off(LOGGER)
     if current == "off":
         return
     pc.guarded(LOGGER, "fill", "register", _wrap)
@@ -93,11 +89,7 @@ def decide_from_inputs(inputs: Mapping[str, Any], device: str) -> Any:
 def worker_rank_check(local_rank: Any, rank: Any) -> Optional[str]:
     """At WorkerBase.__init__: this worker's decision against process 0's. Raises PluginRefused in
     enforce on a disagreement (or when it cannot decide); otherwise never raises."""
-    try:
-        current = pc.mode()
-    except Exception as exc:
-        LOGGER.error("nsa-policy plugin disabled: %s", exc)
-        return None
+    current = pc.mode_or_off(LOGGER)
     if current == "off":
         return None
     cuda_index = int(local_rank) if isinstance(local_rank, int) else None
@@ -190,11 +182,7 @@ def _decided(decision: Any) -> dict[str, Any]:
 
 
 def wrapped_create_engine_config(original: Any, engine_args: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        current = pc.mode()
-    except Exception as exc:
-        LOGGER.error("nsa-policy plugin disabled: %s", exc)
-        current = "off"
+    current = pc.mode_or_off(LOGGER)
     if current == "off":
         return original(engine_args, *args, **kwargs)
     timer = pc.Timer()
