@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
+from nsa_policy.base.gc_pause import paused
+
 T = TypeVar("T")
 
 _FORMAT = 1
@@ -117,7 +119,7 @@ def _lookup(key: str, build: Callable[[], T]) -> T:
 
 def _read(path: Path, key: str) -> Optional[tuple[str, Any]]:
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb") as fh, paused():
             found = pickle.load(fh)
     except FileNotFoundError:
         return None

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
 
 from nsa_policy.base.errors import InputError
+from nsa_policy.base.gc_pause import paused
 
 if TYPE_CHECKING:  # pragma: no cover - the models load only when a mode is on (start-up cost)
     from nsa_policy.core.decision import Decision
@@ -152,9 +153,11 @@ def one_line(decision: Decision, flag: Optional[Callable[[str], str]] = None) ->
 
 def guarded(logger: logging.Logger, current: Mode, what: str, fn: Callable[[], T]) -> Optional[T]:
     """Run fn. In audit/fill an error inside the plugin is logged and the engine goes on as without it
-    (None is returned). In enforce a refusal, and any failure to decide, stops the start-up."""
+    (None is returned). In enforce a refusal, and any failure to decide, stops the start-up.
+    The collector is paused over fn (base/gc_pause.py): a pass over the engine's heap is not the plugin's."""
     try:
-        return fn()
+        with paused():
+            return fn()
     except PluginRefused:
         if current == "enforce":
             raise
@@ -252,9 +255,10 @@ def check_rank(*, engine: str, rank: int, cuda_index: Optional[int], current: Mo
     if found is None:
         return None
     timer = Timer()
-    chosen = rank_device(cuda_index, env)
-    decision = decide_on(found.get("inputs") or {}, chosen)
-    message = compare_with_parent(decision, rank, env)
+    with paused():
+        chosen = rank_device(cuda_index, env)
+        decision = decide_on(found.get("inputs") or {}, chosen)
+        message = compare_with_parent(decision, rank, env)
     timer.stop()
     from nsa_policy.integration.fleet import agreement_digest
 

@@ -174,8 +174,11 @@ on ROCm every registered backend name and every KV dtype is taken and ignored or
 (`vllm-0.33/tests/forced.yaml` mi300x-*); on CUDA every registered name parses and fails validation, XPU_MLA_SPARSE
 is accepted (h200-forced-xpu-sparse-accepted-then-crashes), CUTLASS_MSA/TRITON_MSA select automatically
 (h200-msa-alias-selects-automatically); a harness gap, fixed in the oracle: dense short prefill is off under PCP+DCP.
-Left: Intel XPU, where vLLM's platform returns XPU_MLA_SPARSE (TURBOQUANT for its KV dtypes) and the bundles refuse
-with NSA155 because its KV layout and block size are not modelled.
+Then (2026-12-02): on Intel XPU vLLM's platform returns XPU_MLA_SPARSE for every sparse layer, TURBOQUANT for a
+turboquant_* KV dtype, whatever --attention-backend names and without validating either; `vllm-0.33` reports that
+with NSA355 (`vllm-0.33/tests/forced.yaml` xpu-*) where it refused NSA155 (`vllm-default` still refuses: its KV
+layout and block size there are not catalogued). FLASHMLA_SPARSE takes head 512 (GLM-5.3-Flash, NoPE) on SM90
+only, with a bf16/fp16/fp8_ds_mla cache (`vllm-0.33/tests/selection.yaml` b300-glm53-flash-*).
 
 Checks reached: ParallelConfig's own validation (`tp % dcp`, PCP x DCP: config/parallel.py, which
 EngineArgs.create_engine_config runs before any model code), ModelConfig.verify_with_parallel_config (heads % TP),

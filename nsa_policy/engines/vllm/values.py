@@ -52,6 +52,9 @@ def set_problem(out: str, value: ValueSpec) -> Optional[str]:
 
     v = load_vllm()
     for b in names:
-        if b not in v.backends:
+        # a candidate is validated, so it needs the catalog's entry; a fixed name may be any registered one
+        # (vLLM's XPU platform returns TURBOQUANT, which no DSA layer validates)
+        known = b in v.backends if isinstance(value, VllmFirstValid) else v.is_registered(b)
+        if not known:
             return f"unknown vLLM backend {b!r}; did you mean {closest(b, v.backend_names)!r}?"
     return None
