@@ -174,15 +174,15 @@ def main() -> None:
     """The console script. Collection is off while the command's modules load, and what they created is
     then frozen out of it (gc.freeze): modules stay loaded to the end, so every pass over them finds
     nothing. What is left at exit is frozen too, out of the interpreter's final collection, which only
-    walks objects the exit frees anyway. Together 10-20 % of a cold `resolve` (benchmarks/bench_resolve.py)."""
+    walks objects the exit frees anyway. Together about a quarter of a cold `resolve`
+    (benchmarks/bench_resolve.py, 2026-12-02: 2.50x to 1.72-1.86x a bare pydantic/typer/yaml import)."""
     import gc
 
-    gc.disable()
-    try:
+    from nsa_policy.base.gc_pause import paused
+
+    with paused():  # restores the caller's setting: a caller that had collection off keeps it off
         app = app_for(sys.argv[1:])
-    finally:
         gc.freeze()
-        gc.enable()
     try:
         app()
     finally:

@@ -92,16 +92,26 @@ def cached_over_rules(label: str, build: Callable[[], T]) -> T:
     if shipped is None or os.environ.get(_OFF_VAR, "").strip() not in ("", "0"):
         return build()
     parts = [_code_key(), label]
-    for folder, dirs, files in os.walk(shipped):
-        dirs.sort()
-        for name in sorted(files):
-            full = os.path.join(folder, name)
-            try:
-                st = os.stat(full)
-            except OSError:
-                continue
-            parts.append(f"{os.path.relpath(full, shipped)}:{st.st_size}:{st.st_mtime_ns}")
+    _stat_tree(str(shipped), "", parts)
     return _lookup(hashlib.sha256("\n".join(parts).encode()).hexdigest(), build)
+
+
+def _stat_tree(folder: str, rel: str, parts: list[str]) -> None:
+    """Append "relative path:size:mtime" for every file below folder, in sorted order. scandir, not
+    os.walk + relpath: this runs in every plugin process's first decision (issue 22's budget)."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=True):
+                _stat_tree(entry.path, f"{rel}{entry.name}/", parts)
+                continue
+            st = entry.stat()
+        except OSError:
+            continue
+        parts.append(f"{rel}{entry.name}:{st.st_size}:{st.st_mtime_ns}")
 
 
 def _lookup(key: str, build: Callable[[], T]) -> T:

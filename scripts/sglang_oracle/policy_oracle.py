@@ -56,11 +56,16 @@ DEVICES = {
     "sm89": ((8, 9), "NVIDIA L40S", 48 * GB, False),
     "sm90": ((9, 0), "NVIDIA H200", 141 * GB, False),
     "sm100": ((10, 0), "NVIDIA B200", 180 * GB, False),
+    # Thor reports 11.0 (sglang 0.5.22+: is_sm110_supported); the catalog names no product of the class
+    "sm110": ((11, 0), "NVIDIA Thor", 128 * GB, False),
     "sm103": ((10, 3), "NVIDIA B300 SXM6 AC", 288 * GB, False),
     "sm120": ((12, 0), "NVIDIA RTX PRO 6000 Blackwell Server Edition", 96 * GB, False),
     "sm121": ((12, 1), "NVIDIA GB10", 128 * GB, False),
     "gfx942": ((9, 4), "AMD Instinct MI300X", 192 * GB, True),
     "gfx950": ((9, 5), "AMD Instinct MI355X", 288 * GB, True),
+    # ROCm gfx1250 reports capability (12, 5) through torch.cuda; sglang tells it from sm12x by its
+    # vendor and is_gfx1250_supported (utils/common.py); the catalog names no product of the class
+    "gfx1250": ((12, 5), "AMD gfx1250", 288 * GB, True),
     # Intel Data Center GPU Max 1550 (XPU): no CUDA capability; sglang asks get_platform()/is_xpu()
     "xpu": ((0, 0), "Intel(R) Data Center GPU Max 1550", 128 * GB, False),
 }
@@ -169,6 +174,12 @@ def emulated(device: str, preshuffle: bool, product: str | None = None, memory_g
         mock.patch("torch.cuda.get_device_properties", return_value=props),
         mock.patch("torch.cuda.mem_get_info", return_value=(mem, mem)),
     ]
+    # is_gfx1250_supported reads torch.version.hip and gcnArchName itself (utils/common.py). Patching
+    # torch.version.hip would also flip the import-time `_is_hip` of modules loaded later, onto ROCm-only
+    # imports (aiter) this CPU machine lacks: re-point the probe, in every loaded module that holds it.
+    for modname, mod in list(sys.modules.items()):
+        if modname.startswith("sglang.") and callable(getattr(mod, "is_gfx1250_supported", None)):
+            patches.append(mock.patch.object(mod, "is_gfx1250_supported", lambda _d=device: _d == "gfx1250"))
     if hip:  # dsa.utils from 0.5.13, nsa.utils in 0.5.12; before 0.5.12 the release does not ask
         import importlib
 
