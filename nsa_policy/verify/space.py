@@ -40,6 +40,9 @@ from nsa_policy.engines.sglang.env import threshold_env_vars
 from nsa_policy.inputs import environment_from
 
 INVALID_KV = "fp8_e5m2"
+# KV dtypes the engine accepts that are not DSA's: its KV-cache checks judge them where the DSA block does
+# not (Intel XPU, family-only architectures: sglang 0.5.22+ arg_groups/kv_cache_hook.py)
+OTHER_KV = ("mxfp8", "nvfp4", "fp4_mx_block16")
 INVALID_BACKEND = "flashmla-kv"  # a typo of a real name, so the "did you mean" path runs too
 NON_DSA_ARCH = "Qwen3MoeForCausalLM"
 
@@ -534,6 +537,11 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
         Block("variants", (device, Dim("model", _model_variants(topk), counts_for_size=False), kv3,
                            side("prefill", all_choices), Dim("serving", SERVING_VARIANTS))),
         Block("prefill_cp", (device, model, Dim("prefill_cp", PREFILL_CP_VARIANTS))),
+        Block("kv_hooks", (device, Dim("model", model.values + tuple(
+            Value(label=f"{arch} (topk {topk}, heads not given)", arch=(arch, topk, None))
+            for arch in [a for _, a in uncatalogued_families(catalog)] + sorted(
+                {a for b in bundles for a in getattr(b, "family_only_architectures", ())})), counts_for_size=False),
+            Dim("kv_cache_dtype", tuple(cfg_value(k, kv_cache_dtype=k) for k in OTHER_KV)))),
         Block("speculative", (device, model, kv3, Dim("speculative", SPECULATIVE_VARIANTS))),
         Block("not_dsa_prefill_cp", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                                  counts_for_size=False), Dim("prefill_cp", PREFILL_CP_VARIANTS))),

@@ -74,3 +74,18 @@ def test_launch_refuses_the_command() -> None:
     ok = plan_launch(["python", "-m", "sglang.launch_server", "--model-path", DS, "--tp-size", "8", "--dp-size", "8",
                       "--enable-dp-attention"], device="b200", env={}, sglang_version="0.5.23", logger=QUIET)
     assert ok.decision.heads_per_rank == 128
+
+
+def test_dp_replicas_beside_attn_dp_are_refused_as_sglang_does() -> None:
+    """0.5.22+: beside --attn-dp-size > 1, --dp-size counts replicas (--enable-dp-attention adds nothing),
+    and handle_data_parallelism refuses replicas with attention DP; --dp-size 1 beside it is accepted."""
+    from nsa_policy.base.errors import InputError
+    from nsa_policy.engines.sglang.config import config_from
+
+    for given in ({"dp_size": 2, "attn_dp_size": 4}, {"dp_size": 8, "enable_dp_attention": True, "attn_dp_size": 8}):
+        with pytest.raises(InputError) as err:
+            config_from({"tp_size": 8, **given})
+        assert "attn_dp_size" in str(err.value) and "replicas" in str(err.value)
+    cfg = config_from({"tp_size": 16, "dp_size": 1, "enable_dp_attention": True, "attn_dp_size": 16})
+    assert (cfg.dp_size, cfg.enable_dp_attention) == (16, True)
+    assert config_from({"tp_size": 8, "attn_dp_size": 8}).dp_size == 8

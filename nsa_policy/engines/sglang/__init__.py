@@ -121,6 +121,15 @@ class SglangEngine(Engine):
 
         return check_invariants(decision, facts, catalog)
 
+    def value_domains(self, catalog: Any, domains: dict[str, tuple[list[str], str]]) -> None:
+        # A rule may name any KV dtype some release's --kv-cache-dtype lists (its KV-cache hooks judge the
+        # non-DSA ones: mxfp8, nvfp4, fp4_mx_block16), in the canonical spelling config facts carry.
+        from nsa_policy.engines.sglang.args import load_args
+        from nsa_policy.engines.sglang.config import KV_ALIASES
+
+        listed = (KV_ALIASES.get(v, v) for c in load_args().argument("kv_cache_dtype").choices for v in c.values)
+        domains["config.kv_cache_dtype"] = (list(dict.fromkeys(listed)), "sglang KV dtype")
+
     lint_module = "nsa_policy.engines.sglang.lint"  # its launch_start, parse_cli, lint_launch, image_pins
 
     launch_version_flag = "--sglang-version"

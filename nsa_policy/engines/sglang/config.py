@@ -132,9 +132,14 @@ def _attn_dp(values: dict[str, Any], value: Any, key: str) -> None:
         raise InputError(key, value, hint="the attention data-parallel size must be an integer >= 1")
     if value == 1:
         return  # no attention DP: sglang's default
-    if values.get("enable_dp_attention") and values.get("dp_size", value) != value:
-        raise InputError(key, value, hint=f"conflicts with dp_size={values['dp_size']} with DP attention")
-    # From 0.5.22 a plain dp_size counts replicas, which the DSA policy does not read; the width is attn_dp_size.
+    # Beside attn_dp_size > 1, dp_size counts replicas, with or without --enable-dp-attention (which "adds
+    # nothing" there), and sglang refuses replicas with attention DP: parallel_hook.py
+    # _handle_deprecated_dp_attention and handle_data_parallelism (0.5.22-0.5.23).
+    replicas = values.get("dp_size", 1)
+    if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1:
+        raise InputError(key, value, hint=f"sglang refuses --dp-size {replicas} with --attn-dp-size {value}: "
+                                          "data-parallel replicas combined with attention data parallelism are not "
+                                          "supported; valid: --attn-dp-size alone, or --dp-size alone")
     values["enable_dp_attention"] = True
     values["dp_size"] = value
 
