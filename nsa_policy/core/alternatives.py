@@ -121,6 +121,10 @@ def _parallel(what: str, ns: Any, catalog: Catalog) -> tuple[str, ...]:
         given_tp = () if ns["config.tp_size"] is not None or not dp_attn else (f"tp_size {dp}",)
         return given_tp + tuple(f"dp_size {d}" for d in range(1, tp + 1)
                                 if tp % d == 0 and (not heads or heads % (tp // d) == 0))
+    if what == "attn_cp_size":
+        # attention-CP widths tp_size takes (times the attention-DP width, with DP attention)
+        width = dp if dp_attn else 1
+        return tuple(f"attn_cp_size {c}" for c in range(1, tp + 1) if tp % (c * width) == 0)
     if not heads:
         return ()
     flag = "tp_size/dp_size" if dp_attn else "tp_size"
@@ -165,9 +169,10 @@ NEUTRAL_KINDS: dict[str, AlternativesKind] = {k.name: k for k in (
                      lambda a: ("env.dense_attn_kv_len_threshold", "env.dsa_threshold"),
                      lambda a, ns, catalog: tuple(f"dense_attn_kv_len_threshold {v}" for v in (
                          ns["env.dense_attn_kv_len_threshold"], ns["env.dsa_threshold"]) if v is not None)),
-    AlternativesKind("parallel", "parallel shapes that divide evenly: dp sizes for this tp_size (dp_size) or "
-                     "attention-TP sizes for these heads (attention_tp)", "dp_size or attention_tp",
-                     lambda a: a in ("dp_size", "attention_tp"), lambda a: _PARALLEL_READS, _parallel),
+    AlternativesKind("parallel", "parallel shapes that divide evenly: dp sizes for this tp_size (dp_size), "
+                     "attention-CP widths for this tp_size (attn_cp_size) or attention-TP sizes for these heads "
+                     "(attention_tp)", "dp_size, attn_cp_size or attention_tp",
+                     lambda a: a in ("dp_size", "attn_cp_size", "attention_tp"), lambda a: _PARALLEL_READS, _parallel),
 )}
 
 

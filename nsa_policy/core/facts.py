@@ -127,6 +127,8 @@ class ServingConfig(Frozen):
     speculative_num_draft_tokens: Optional[int] = Field(default=None, ge=1)
     # Read by the sglang compatibility bundles of later releases (their arg_groups/model_hook.py).
     dcp_size: int = Field(default=1, ge=1, description="decode context parallel size (sglang 0.5.15+); 0.5.22: > 1 -> trtllm")
+    attn_cp_size: int = Field(default=1, ge=1, description="attention context-parallel size (--attn-cp-size); sglang "
+                                                     "asserts tp_size % attn_cp_size == 0 when it is > 1")
     enable_prefill_cp: bool = Field(default=False, description="DSA prefill context parallel (--enable-prefill-cp)")
     cp_strategy: Optional[Literal["zigzag", "interleave"]] = Field(
         default=None, description="prefill CP layout; the pre-0.5.14 mode names in-seq-split/round-robin-split "

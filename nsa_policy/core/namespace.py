@@ -22,7 +22,8 @@ STATIC_PATHS = frozenset(
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
     + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible",
-                                "tp_dcp_divisible", "pcp_dcp_valid", "pcp_dcp_sizes")]
+                                "tp_dcp_divisible", "pcp_dcp_valid", "pcp_dcp_sizes", "tp_attn_cp_divisible",
+                                "tp_dp_attn_cp_divisible", "tp_attn_dp_attn_cp_divisible")]
     + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
                                "dsa_flags_set", "spellings", "release")]
@@ -82,7 +83,9 @@ _PATH_INPUTS = {
     "derived.attn_tp_size": frozenset({"config"}), "derived.tp_divisible": frozenset({"config"}),
     "derived.heads_per_rank": frozenset({"model", "config"}), "derived.heads_divisible": frozenset({"model", "config"}),
     "derived.tp_dcp_divisible": frozenset({"config"}), "derived.pcp_dcp_valid": frozenset({"config"}),
-    "derived.pcp_dcp_sizes": frozenset({"config"}),
+    "derived.pcp_dcp_sizes": frozenset({"config"}), "derived.tp_attn_cp_divisible": frozenset({"config"}),
+    "derived.tp_dp_attn_cp_divisible": frozenset({"config"}),
+    "derived.tp_attn_dp_attn_cp_divisible": frozenset({"config"}),
 }
 _PROV_INPUTS = frozenset({"config", "env"})
 
@@ -260,6 +263,12 @@ def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactN
         "derived.tp_dcp_divisible": effective_tp_size(c) % c.dcp_size == 0,
         "derived.pcp_dcp_valid": c.dcp_size in _pcp_dcp_sizes(c),
         "derived.pcp_dcp_sizes": str(sorted(_pcp_dcp_sizes(c))),
+        # The attention-CP asserts: tp % attn_cp, then tp % (dp x attn_cp) with dp_size as given, or (from
+        # sglang 0.5.22, where plain dp_size counts replicas) with the attention-DP width
+        "derived.tp_attn_cp_divisible": effective_tp_size(c) % c.attn_cp_size == 0,
+        "derived.tp_dp_attn_cp_divisible": effective_tp_size(c) % (c.dp_size * c.attn_cp_size) == 0,
+        "derived.tp_attn_dp_attn_cp_divisible": effective_tp_size(c) % (
+            (c.dp_size if c.enable_dp_attention else 1) * c.attn_cp_size) == 0,
         "input.prefill_backend_known": c.prefill_backend is None or c.prefill_backend in names,
         "input.decode_backend_known": c.decode_backend is None or c.decode_backend in names,
         "input.threshold": threshold, "input.threshold_source": source,

@@ -374,6 +374,9 @@ BAD_SHAPES = (
     cfg_value("tp6", tp_size=6),
     cfg_value("tp8 dp3 dp-attention", tp_size=8, dp_size=3, enable_dp_attention=True),
     cfg_value("dp8 dp-attention, tp unset (1)", dp_size=8, enable_dp_attention=True),
+    cfg_value("tp8 attn-cp3", tp_size=8, attn_cp_size=3),
+    cfg_value("tp8 dp4 dp-attention attn-cp4", tp_size=8, dp_size=4, enable_dp_attention=True, attn_cp_size=4),
+    cfg_value("tp8 dp3 (replicas) attn-cp2", tp_size=8, dp_size=3, attn_cp_size=2),
 )
 HISPARSE = (
     cfg_value("off"),
