@@ -65,8 +65,9 @@ def _serving_args() -> list[tuple[str, tuple[str, ...]]]:
     from nsa_policy.engines.sglang.args import load_args
 
     reg = load_args()
+    # --attention-backend is one option of the command for both engines (resolve routes it)
     return [(arg.name, reg.cli_flags(arg.name)) for arg in reg.arguments.values()
-            if (arg.field is not None or arg.name == "attn_dp_size") and arg.field != "model_path"]
+            if (arg.field is not None or arg.name == "attn_dp_size") and arg.field not in ("model_path", "attention_backend")]
 
 
 def serving_options() -> list[inspect.Parameter]:
@@ -138,7 +139,8 @@ def resolve(
         None, "--engine", help="sglang or vllm (default: the policy's; vllm-0.33 is vLLM). With vllm and the default "
         "policy, prints what vLLM 0.33 does (vllm-0.33) and what nsa-policy recommends (vllm-default)."),
     attention_backend: Optional[str] = typer.Option(
-        None, "--attention-backend", help="vLLM only: a forced attention backend (FLASHMLA_SPARSE, …)."),
+        None, "--attention-backend", help="A forced attention backend, in the engine's names: sglang's (dsa, "
+        "flashinfer, …; it sets dsa itself for a DSA model when this is unset) or vLLM's (FLASHMLA_SPARSE, …)."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM only: the KV-cache block size."),
     prefill_context_parallel_size: Optional[int] = typer.Option(
         None, "--prefill-context-parallel-size", help="vLLM only: prefill context-parallel ranks (-pcp)."),
@@ -165,6 +167,9 @@ def resolve(
     engines.get(eng).resolve_cli(given, model=model, device=device, policy=policy, as_json=as_json, explain=explain,
                                  extra={**flags, "log_decisions": log_decisions, "package": package, "used": used})
     chosen = engines.get(eng)
+    if attention_backend is not None and chosen.judges_spellings:  # sglang's own --attention-backend
+        given["attention_backend"], used["attention_backend"] = attention_backend, "--attention-backend"
+        flags.pop("attention_backend")
     for key, value in flags.items():  # flags of another engine's view: an error, never silently dropped
         if value is not None:
             raise fail_usage(InputError("--" + key.replace("_", "-"), value,

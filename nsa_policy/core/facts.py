@@ -142,7 +142,9 @@ class ServingConfig(Frozen):
     disaggregation_mode: str = Field(default="null", description="PD disaggregation: null, prefill or decode")
     enable_hierarchical_cache: bool = Field(default=False, description="HiCache; refused with dcp_size > 1 (0.5.22+)")
     # vLLM only (rules/catalog/vllm/args.yaml)
-    attention_backend: Optional[str] = Field(default=None, description="vLLM --attention-backend (enum name); None = auto")
+    attention_backend: Optional[str] = Field(default=None, description="--attention-backend as forced, in the engine's "
+                                                               "names (sglang: dsa, flashinfer, …; vLLM: the enum "
+                                                               "name); None = the engine decides")
     prefill_context_parallel_size: int = Field(default=1, ge=1, description="vLLM --prefill-context-parallel-size")
     sparse_mla_force_mqa: bool = Field(default=False, description="vLLM -ac.sparse_mla_force_mqa: no dense short prefill")
     indexer_kv_dtype: Optional[str] = Field(default=None, description="vLLM -ac.indexer_kv_dtype: auto, fp8 or mxfp4")

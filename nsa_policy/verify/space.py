@@ -402,6 +402,9 @@ def _thresholds(topk: int) -> tuple[Value, ...]:
 
 EXTRAS = (
     cfg_value("page_size 1", page_size=1),
+    # a forced attention backend: sglang keeps it (dsa only when unset); the default refuses a non-DSA one
+    cfg_value("attention_backend flashinfer", attention_backend="flashinfer"),
+    cfg_value("attention_backend dsa", attention_backend="dsa"),
     cfg_value("page_size 64", page_size=64),
     cfg_value("page_size 16", page_size=16),
     # a page size of 64 or more that is not the model's 64 x index_kpool (default: page-size.cuda-conflict-index-kpool)

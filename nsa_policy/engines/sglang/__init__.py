@@ -25,7 +25,9 @@ class SglangEngine(Engine):
     # (output, config field, the flag that sets it): explicit values are outputs from the start
     _SEEDS = (("prefill_backend", "prefill_backend", "--nsa-prefill-backend"),
               ("decode_backend", "decode_backend", "--nsa-decode-backend"),
-              ("page_size", "page_size", "--page-size"))
+              ("page_size", "page_size", "--page-size"),
+              # a forced --attention-backend: sglang keeps it, and sets dsa only when all are unset
+              ("attention_backend", "attention_backend", "--attention-backend"))
 
     oldest_note = " (sglang-pre-21783 is 0.5.10rc0's policy)"
     judges_spellings = True  # a release refuses or deprecates a flag's spelling
