@@ -97,7 +97,8 @@ def test_derived_tables_come_from_the_registry() -> None:
     assert FIELD_ALIASES == reg.field_aliases()
     assert {"dsa_prefill_backend", "tensor_parallel_size", "tp"} <= set(FIELD_ALIASES)
     assert startup.TARGETS["prefill_backend"] == ("nsa_prefill_backend", "dsa_prefill_backend")
-    assert startup.PARSER_DESTS == {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size"}
+    assert startup.PARSER_DESTS == {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size",
+                                    "attention_context_parallel_size": "attn_cp_size"}  # 0.5.10-0.5.13.post1
     flags = load_flags()
     assert flags.dsa_spelling_since == "0.5.13"
     for arg in reg.arguments.values():
