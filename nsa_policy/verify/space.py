@@ -406,6 +406,7 @@ EXTRAS = (
     cfg_value("attention_backend flashinfer", attention_backend="flashinfer"),
     cfg_value("attention_backend dsa", attention_backend="dsa"),
     *(cfg_value(f"attention_backend {b}", attention_backend=b) for b in ("trtllm_mla", "cutedsl_mla", "trtllm_mha")),
+    cfg_value("HiCache on a PD decode server", enable_hierarchical_cache=True, disaggregation_mode="decode"),
     cfg_value("page_size 64", page_size=64),
     cfg_value("page_size 16", page_size=16),
     # a page size of 64 or more that is not the model's 64 x index_kpool (default: page-size.cuda-conflict-index-kpool)
