@@ -40,9 +40,6 @@ from nsa_policy.engines.sglang.env import threshold_env_vars
 from nsa_policy.inputs import environment_from
 
 INVALID_KV = "fp8_e5m2"
-# KV dtypes the engine accepts that are not DSA's: its KV-cache checks judge them where the DSA block does
-# not (Intel XPU, family-only architectures: sglang 0.5.22+ arg_groups/kv_cache_hook.py)
-OTHER_KV = ("mxfp8", "nvfp4", "fp4_mx_block16")
 INVALID_BACKEND = "flashmla-kv"  # a typo of a real name, so the "did you mean" path runs too
 NON_DSA_ARCH = "Qwen3MoeForCausalLM"
 
@@ -345,6 +342,23 @@ def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
     return list(groups.values())
 
 
+def other_kv_dtypes() -> tuple[str, ...]:
+    """KV dtypes the newest release's --kv-cache-dtype lists that are not DSA's (nor INVALID_KV, nor an alias):
+    its KV-cache checks judge them where the DSA block does not (Intel XPU, family-only architectures;
+    sglang 0.5.22+ arg_groups/kv_cache_hook.py). Read from the argument registry, their one owner."""
+    from nsa_policy.catalog.store import KV_DTYPES
+    from nsa_policy.engines.sglang.args import load_args
+    from nsa_policy.engines.sglang.config import KV_ALIASES
+
+    newest = load_args().argument("kv_cache_dtype").choices[-1].values
+    return tuple(k for k in newest if KV_ALIASES.get(k, k) not in ("auto", *KV_DTYPES) and k != INVALID_KV)
+
+
+def _arch_values(archs: Iterable[str], topk: int) -> tuple[Value, ...]:
+    """A model given by its architecture alone (no catalog checkpoint): the catalog family's defaults."""
+    return tuple(Value(label=f"{arch} (topk {topk}, heads not given)", arch=(arch, topk, None)) for arch in archs)
+
+
 def uncatalogued_families(catalog: Catalog) -> list[tuple[str, str]]:
     """(family, architecture) for DSA families with no checkpoint in the model catalog (e.g. mistral_large3)."""
     have = {catalog.model(m).family for m in catalog.model_ids}
@@ -538,18 +552,17 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
         Block("input", (device, model, kv4, side("prefill", bad_choices), side("decode", bad_choices),
                         Dim("parallel", BAD_SHAPES))),
         Block("extras", (device, model, kv3, side("prefill", all_choices), Dim("extra", EXTRAS))),
-        *([Block("uncatalogued", (device, Dim("model", tuple(
-            Value(label=f"{arch} (topk {topk}, heads not given)", arch=(arch, topk, None))
-            for _, arch in uncatalogued_families(catalog)), counts_for_size=False), kv3,
+        *([Block("uncatalogued", (device, Dim("model", _arch_values(
+            (arch for _, arch in uncatalogued_families(catalog)), topk), counts_for_size=False), kv3,
             side("prefill", all_choices), side("decode", all_choices)))] if uncatalogued_families(catalog) else []),
         Block("variants", (device, Dim("model", _model_variants(topk), counts_for_size=False), kv3,
                            side("prefill", all_choices), Dim("serving", SERVING_VARIANTS))),
         Block("prefill_cp", (device, model, Dim("prefill_cp", PREFILL_CP_VARIANTS))),
-        Block("kv_hooks", (device, Dim("model", model.values + tuple(
-            Value(label=f"{arch} (topk {topk}, heads not given)", arch=(arch, topk, None))
-            for arch in [a for _, a in uncatalogued_families(catalog)] + sorted(
-                {a for b in bundles for a in getattr(b, "family_only_architectures", ())})), counts_for_size=False),
-            Dim("kv_cache_dtype", tuple(cfg_value(k, kv_cache_dtype=k) for k in OTHER_KV)))),
+        Block("kv_hooks", (device, Dim("model", model.values + _arch_values(
+            [a for _, a in uncatalogued_families(catalog)]
+            + sorted({a for b in bundles for a in getattr(b, "family_only_architectures", ())}), topk),
+            counts_for_size=False),
+            Dim("kv_cache_dtype", tuple(cfg_value(k, kv_cache_dtype=k) for k in other_kv_dtypes())))),
         Block("speculative", (device, model, kv3, Dim("speculative", SPECULATIVE_VARIANTS))),
         Block("not_dsa_prefill_cp", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                                  counts_for_size=False), Dim("prefill_cp", PREFILL_CP_VARIANTS))),
