@@ -300,11 +300,15 @@ def run_one(parser, configs: ConfigDirs, item: dict) -> dict:
     except Exception as exc:  # the release refused the configuration (or the harness failed: see stage)
         out.update(ok=False, stage=stage, kv_cache_dtype=None, prefill_backend=None, decode_backend=None,
                    page_size=None, attention_backend=None, threshold=None, error=_error(exc))
+        if TRACE:  # reading a class of disagreement: where in the release the refusal came from
+            import traceback
+            out["traceback"] = traceback.format_exc().splitlines()[-12:]
     out["ms"] = round((time.perf_counter() - t0) * 1000, 2)
     return out
 
 
 BASE_ENV: dict[str, str] = {}
+TRACE = os.environ.pop("NSA_ORACLE_TRACE", "") == "1"
 
 
 def memoize_struct_fields() -> None:
