@@ -367,6 +367,16 @@ class Catalog:
             if not isinstance(sink, bool):
                 raise InputError(f"{source}: learnable_sink", sink, ["true", "false"], hint="a boolean")
             variants["learnable_sink"] = sink
+        head_dim = config.get("index_head_dim")
+        if head_dim is not None:
+            if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
+                raise InputError(f"{source}: index_head_dim", head_dim, hint="a positive integer")
+            variants["index_head_dim"] = head_dim
+        model_type = config.get("model_type")
+        if model_type is not None:
+            if not isinstance(model_type, str):
+                raise InputError(f"{source}: model_type", model_type, hint="a string (config.json model_type)")
+            variants["model_type"] = model_type
         pattern = config.get("index_topk_pattern")
         if pattern is not None:
             if not isinstance(pattern, str):

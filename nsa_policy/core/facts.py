@@ -80,6 +80,10 @@ class ModelFacts(Frozen):
     index_topk_pattern: Optional[str] = Field(default=None, description="per-layer indexer pattern ('S': shared index)")
     qk_rope_head_dim: Optional[int] = Field(default=None, ge=0, description="RoPE part of the MLA head; 0: a NoPE model "
                                             "(sglang 0.5.22+ refuses flashmla_sparse_q8 with fp8 KV for it)")
+    # config.json as given (None: the key is absent, or a catalog id): sglang reads index_head_dim for every
+    # DSA architecture, and transformers fills it in only for the model types whose config class defaults it
+    model_type: Optional[str] = Field(default=None, description="config.json model_type")
+    index_head_dim: Optional[int] = Field(default=None, ge=1, description="config.json index_head_dim (the indexer's head size)")
     source: str = Field(default="catalog", description="catalog, a config.json path, 'mapping' or 'cli'")
 
     @property
@@ -129,6 +133,9 @@ class ServingConfig(Frozen):
     dcp_size: int = Field(default=1, ge=1, description="decode context parallel size (sglang 0.5.15+); 0.5.22: > 1 -> trtllm")
     attn_cp_size: int = Field(default=1, ge=1, description="attention context-parallel size (--attn-cp-size); sglang "
                                                      "asserts tp_size % attn_cp_size == 0 when it is > 1")
+    chunked_prefill_size: Optional[int] = Field(
+        default=None, ge=-1, description="--chunked-prefill-size (-1: off); unset: sglang's GPU-memory default. sglang "
+                                         "0.5.22+ asserts the per-rank size is a multiple of the page size")
     enable_prefill_cp: bool = Field(default=False, description="DSA prefill context parallel (--enable-prefill-cp)")
     cp_strategy: Optional[Literal["zigzag", "interleave"]] = Field(
         default=None, description="prefill CP layout; the pre-0.5.14 mode names in-seq-split/round-robin-split "

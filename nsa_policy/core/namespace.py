@@ -18,12 +18,12 @@ STATIC_PATHS = frozenset(
     + [f"model.{k}" for k in ("id", "family", "architecture", "index_topk", "num_attention_heads", "is_dsa",
                               "learnable_sink", "index_kpool", "index_topk_freq", "index_topk_pattern",
                               "index_topk_sharing", "index_kpool_page_size",
-                              "qk_rope_head_dim")]
+                              "qk_rope_head_dim", "model_type", "index_head_dim")]
     + [f"config.{k}" for k in ServingConfig.model_fields] + ["config.kv_cache_dtype_raw"]
     + ["env.dense_attn_kv_len_threshold", "env.threshold_env_var"]
     + [f"derived.{k}" for k in ("tp_size", "attn_tp_size", "heads_per_rank", "tp_divisible", "heads_divisible",
                                 "tp_dcp_divisible", "pcp_dcp_valid", "pcp_dcp_sizes", "tp_attn_cp_divisible",
-                                "tp_dp_attn_cp_divisible", "tp_attn_dp_attn_cp_divisible")]
+                                "tp_dp_attn_cp_divisible", "tp_attn_dp_attn_cp_divisible", "tp_dp_divisible")]
     + ["policy.dsa_scope"]  # set by the evaluator from the bundle: full, family_only or none
     + [f"input.{k}" for k in ("prefill_backend_known", "decode_backend_known", "threshold", "threshold_source",
                                "dsa_flags_set", "spellings", "release")]
@@ -85,7 +85,7 @@ _PATH_INPUTS = {
     "derived.tp_dcp_divisible": frozenset({"config"}), "derived.pcp_dcp_valid": frozenset({"config"}),
     "derived.pcp_dcp_sizes": frozenset({"config"}), "derived.tp_attn_cp_divisible": frozenset({"config"}),
     "derived.tp_dp_attn_cp_divisible": frozenset({"config"}),
-    "derived.tp_attn_dp_attn_cp_divisible": frozenset({"config"}),
+    "derived.tp_attn_dp_attn_cp_divisible": frozenset({"config"}), "derived.tp_dp_divisible": frozenset({"config"}),
 }
 _PROV_INPUTS = frozenset({"config", "env"})
 
@@ -195,7 +195,8 @@ def _model_part(m: ModelFacts) -> dict[str, Any]:
             # sglang 0.5.22+ pages: 64 tokens per index page, index_kpool pages pooled (deepseek_v2.py)
             "model.index_kpool_page_size": 64 * m.index_kpool,
             # 0 for a NoPE model; None where neither the catalog nor the config says
-            "model.qk_rope_head_dim": m.qk_rope_head_dim}
+            "model.qk_rope_head_dim": m.qk_rope_head_dim,
+            "model.model_type": m.model_type, "model.index_head_dim": m.index_head_dim}
 
 
 @lru_cache(maxsize=256)
@@ -269,6 +270,8 @@ def build_namespace(facts: Facts, catalog: Catalog, engine: Any = None) -> FactN
         "derived.tp_dp_attn_cp_divisible": effective_tp_size(c) % (c.dp_size * c.attn_cp_size) == 0,
         "derived.tp_attn_dp_attn_cp_divisible": effective_tp_size(c) % (
             (c.dp_size if c.enable_dp_attention else 1) * c.attn_cp_size) == 0,
+        # tp % dp whether or not DP attention is on: sglang 0.5.22+ DSA prefill CP runs --dp-size as attention DP
+        "derived.tp_dp_divisible": effective_tp_size(c) % c.dp_size == 0,
         "input.prefill_backend_known": c.prefill_backend is None or c.prefill_backend in names,
         "input.decode_backend_known": c.decode_backend is None or c.decode_backend in names,
         "input.threshold": threshold, "input.threshold_source": source,

@@ -32,7 +32,7 @@ def facts_from_case_input(inp: dict, engine: str = "sglang") -> Facts:
             raise InputError("model", None, hint="a case input needs `model` or `arch`")
         model = {"architectures": [data.pop("arch")]}
         for key in ("index_topk", "num_attention_heads", "learnable_sink", "index_kpool", "index_topk_freq",
-                    "index_topk_pattern", "qk_rope_head_dim"):
+                    "index_topk_pattern", "qk_rope_head_dim", "model_type", "index_head_dim"):
             if key in data:
                 model[key] = data.pop(key)
     # A case's underscored keys are the cases' own input vocabulary (nsa_prefill_backend, as the policy's

@@ -446,6 +446,11 @@ EXTRAS = (
     cfg_value("dsa_triton_union 4, deterministic inference (tp8)", dsa_triton_union=4, tp_size=8,
          enable_deterministic_inference=True),
     cfg_value("enable_mixed_chunk", enable_mixed_chunk=True),
+    # check_server_args: the per-rank chunked-prefill size must be a multiple of the page size (0.5.22+)
+    cfg_value("chunked_prefill_size 1000 (tp8)", chunked_prefill_size=1000, tp_size=8),
+    # DSA prefill CP reads --dp-size as attention DP (0.5.22+): tp must be a multiple of it
+    cfg_value("prefill CP interleave, dp 3 without DP attention (tp unset)", enable_prefill_cp=True,
+              cp_strategy="interleave", dp_size=3),
     cfg_value("dsa_paged_mqa_logits_backend aiter", dsa_paged_mqa_logits_backend="aiter"),
     cfg_value("dsa_paged_mqa_logits_backend deepgemm", dsa_paged_mqa_logits_backend="deepgemm"),
     cfg_value("dsa_paged_mqa_logits_backend cutedsl", dsa_paged_mqa_logits_backend="cutedsl"),
@@ -469,6 +474,9 @@ def _model_variants(topk: int) -> tuple[Value, ...]:
         # a NoPE MLA model (qk_rope_head_dim 0): sglang 0.5.22+ refuses flashmla_sparse_q8 over its fp8 pool
         Value(label="GlmMoeDsaForCausalLM (NoPE)", arch=("GlmMoeDsaForCausalLM", topk, None),
               model_extra=(("qk_rope_head_dim", 0),)),
+        # a deepseek_v3 config.json with the indexer's top-k but not its head size (sglang: AttributeError)
+        Value(label="DeepseekV3ForCausalLM (model_type deepseek_v3, no index_head_dim)",
+              arch=("DeepseekV3ForCausalLM", topk, None), model_extra=(("model_type", "deepseek_v3"),)),
     )
 
 

@@ -99,15 +99,28 @@ class SglangEngine(Engine):
         return sglang_fact(ns, what)
 
     def fact_inputs(self, what: str) -> Optional[frozenset[str]]:
-        return frozenset({"config"})  # a release's lists and spellings read the flags as given
+        from nsa_policy.engines.sglang.facts import fact_inputs
+
+        return fact_inputs(what)
+
+    def fact_outputs(self, what: str) -> tuple[str, ...]:
+        from nsa_policy.engines.sglang.facts import fact_outputs
+
+        return fact_outputs(what)
 
     def alternatives_kinds(self) -> tuple[Any, ...]:
         from nsa_policy.core.alternatives import AlternativesKind
 
+        from nsa_policy.engines.sglang.facts import CHUNK_READS, chunk_alternatives
+
         return (AlternativesKind(
             "sglang_choices", "the backends an sglang release lists as --nsa/--dsa-*-backend choices",
             "an sglang release, e.g. \"0.5.10\"", lambda a: isinstance(a, str),
-            lambda a: (), lambda a, ns, catalog: tuple(catalog.sglang_choices(str(a)))),)
+            lambda a: (), lambda a, ns, catalog: tuple(catalog.sglang_choices(str(a)))), AlternativesKind(
+            "chunked_prefill_sizes", "the nearest --chunked-prefill-size values whose per-rank share (divided by the "
+            "attention-DP width) the page size divides, and -1 (off)", "an sglang release, e.g. \"0.5.22\"",
+            lambda a: isinstance(a, str), lambda a: CHUNK_READS,
+            lambda a, ns, catalog: chunk_alternatives(str(a), ns)))
 
     def lists_backend(self, catalog: Any, backend: str, phase: str, release: str) -> bool:
         # the release's --nsa/--dsa-<phase>-backend choices (backends.yaml sglang_choice)

@@ -21,12 +21,17 @@ DEVICES = {"sm80": "a100", "sm90": "h200", "sm100": "b200", "sm103": "b300", "sm
            "sm121": "gb10", "gfx942": "mi300x", "gfx950": "mi355x", "xpu": "max-1550"}
 # what nsa-policy reads of the oracle's base configs (policy_oracle.BASES)
 MODEL_FACTS: dict[str, dict[str, Any]] = {
-    "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "num_attention_heads": 128},
-    "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "num_attention_heads": 128},
-    "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 2048, "num_attention_heads": 64},
-    "qwen3moe": {"architectures": ["Qwen3MoeForCausalLM"], "num_attention_heads": 64},
+    "ds32": {"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "index_topk": 2048,
+             "index_head_dim": 128, "num_attention_heads": 128},
+    "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_attention_heads": 128},
+    "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "index_topk": 2048,
+             "num_attention_heads": 64},
+    "qwen3moe": {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_attention_heads": 64},
 }
 CATALOG_MODELS = {"ds32": "deepseek-ai/DeepSeek-V3.2", "glm5": "zai-org/GLM-5"}
+# the memory the oracle emulates for a device class it is given without a named device (policy_oracle.DEVICES),
+# where the catalog device above has none: sglang's chunked-prefill default reads it
+ORACLE_MEMORY_GB = {"sm86": 48.0, "sm89": 48.0, "sm110": 128.0, "gfx1250": 288.0}
 FIELDS = ("kv_cache_dtype", "prefill_backend", "decode_backend", "page_size", "attention_backend", "threshold")
 # sglang refusals that come from its dense (non-DSA) attention-backend code, for a model the release does
 # not run as DSA: no DSA policy decides these; they are counted apart ("outside"), never as agreement.
@@ -39,6 +44,7 @@ _KV_SAME = {**{k: v for k, v in KV_ALIASES.items() if k != v}, "auto": None}
 def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     """nsa-policy's answer for the input, read with release X's spellings and choices."""
     from nsa_policy.api import build_facts, decide
+    from nsa_policy.catalog.store import load_catalog
     from nsa_policy.base.errors import NsaPolicyError
     from nsa_policy.engines.sglang.args import load_args
     from nsa_policy.engines.sglang.launch import ParsedCommand, launch_namespace, parse_command
@@ -72,7 +78,11 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     else:
         model = {**MODEL_FACTS[item["model"]], **(item.get("config") or {})}
     try:
-        device = item.get("named_device") or DEVICES.get(item["device"], item["device"])  # a named device, else the class's
+        name = item.get("named_device") or DEVICES.get(item["device"], item["device"])  # a named device, else the class's
+        device: Any = load_catalog().device(name)
+        memory = item.get("memory_gb") or ORACLE_MEMORY_GB.get(item["device"])
+        if device.memory_gb is None and memory:  # the memory the oracle's probes reported
+            device = device.model_copy(update={"memory_gb": float(memory)})
         facts = build_facts(config, device=device, model=model, env=env, packages=packages)
         d = decide(facts, f"sglang-{release}", trace=False)
     except NsaPolicyError as exc:
