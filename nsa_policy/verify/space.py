@@ -419,7 +419,9 @@ EXTRAS = (
     # a forced attention backend: sglang keeps it (dsa only when unset); the default refuses a non-DSA one
     cfg_value("attention_backend flashinfer", attention_backend="flashinfer"),
     cfg_value("attention_backend dsa", attention_backend="dsa"),
-    *(cfg_value(f"attention_backend {b}", attention_backend=b) for b in ("trtllm_mla", "cutedsl_mla", "trtllm_mha")),
+    *(cfg_value(f"attention_backend {b}", attention_backend=b) for b in ("trtllm_mla", "cutedsl_mla", "trtllm_mha",
+                                                                         "hpc_ops", "intel_xpu")),
+    cfg_value("HiSparse with mixed chunk", enable_hisparse=True, disable_radix_cache=True, enable_mixed_chunk=True),
     cfg_value("HiCache on a PD decode server", enable_hierarchical_cache=True, disaggregation_mode="decode"),
     cfg_value("page_size 64", page_size=64),
     cfg_value("page_size 16", page_size=16),
