@@ -418,6 +418,8 @@ EXTRAS = (
     cfg_value("page_size 1", page_size=1),
     # a forced attention backend: sglang keeps it (dsa only when unset); the default refuses a non-DSA one
     cfg_value("attention_backend flashinfer", attention_backend="flashinfer"),
+    cfg_value("attention_backend flashinfer, deterministic inference", attention_backend="flashinfer",
+              enable_deterministic_inference=True),
     cfg_value("attention_backend dsa", attention_backend="dsa"),
     *(cfg_value(f"attention_backend {b}", attention_backend=b) for b in ("trtllm_mla", "cutedsl_mla", "trtllm_mha",
                                                                          "hpc_ops", "intel_xpu")),
@@ -453,6 +455,9 @@ EXTRAS = (
     # DSA prefill CP reads --dp-size as attention DP (0.5.22+): tp must be a multiple of it
     cfg_value("prefill CP interleave, dp 3 without DP attention (tp unset)", enable_prefill_cp=True,
               cp_strategy="interleave", dp_size=3),
+    # CP-TP group sharing (Glm5Next, 0.5.22+): the attention-CP width must equal tp_size
+    cfg_value("prefill CP interleave, attn_cp_size 4 (tp8)", enable_prefill_cp=True, cp_strategy="interleave",
+              attn_cp_size=4, tp_size=8),
     cfg_value("dsa_paged_mqa_logits_backend aiter", dsa_paged_mqa_logits_backend="aiter"),
     cfg_value("dsa_paged_mqa_logits_backend deepgemm", dsa_paged_mqa_logits_backend="deepgemm"),
     cfg_value("dsa_paged_mqa_logits_backend cutedsl", dsa_paged_mqa_logits_backend="cutedsl"),
@@ -507,6 +512,11 @@ SPECULATIVE_VARIANTS = (
     cfg_value("NEXTN, steps 3 top-k 1 draft 4", speculative_algorithm="NEXTN", speculative_num_steps=3,
               speculative_eagle_topk=1, speculative_num_draft_tokens=4),
     cfg_value("NGRAM", speculative_algorithm="NGRAM"),
+    cfg_value("NGRAM, attention DP 8 (tp8)", speculative_algorithm="NGRAM", tp_size=8, dp_size=8,
+              enable_dp_attention=True),
+    cfg_value("STANDALONE, steps 3 top-k 1 draft 4, attention DP 8 (tp8)", speculative_algorithm="STANDALONE",
+              speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4, tp_size=8, dp_size=8,
+              enable_dp_attention=True),
 )
 
 

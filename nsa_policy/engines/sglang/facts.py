@@ -9,6 +9,9 @@
   else its GPU-memory default, divided by the attention-DP width; None where the release's rule is not
   modelled (before 0.5.22) or the device's memory is unknown. `..._page_remainder`: that size modulo the
   decided page size (check_server_args asserts 0), None where sglang does not check it.
+- `sglang.<release>.attention_dp_width`: the attention-DP width that release resolves (attn_dp_enabled_of:
+  > 1 is attention DP), 0.5.22+; None before. `sglang.<release>.attn_cp_size`: the attention-CP width it
+  resolves (DSA prefill CP sets its own), 0.5.22+.
 """
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ _RELEASE = r"(\d+(?:\.[0-9A-Za-z]+)*)"
 LISTS = re.compile(rf"^{_RELEASE}\.lists_(prefill|decode)_backend$")
 SPELLINGS = re.compile(rf"^{_RELEASE}\.(refused|deprecated)_spellings$")
 CHUNK = re.compile(rf"^{_RELEASE}\.chunked_prefill_(size|page_remainder)$")
+WIDTH = re.compile(rf"^{_RELEASE}\.(attention_dp_width|attn_cp_size)$")
 PATHS = ("sglang.<release>.lists_{prefill,decode}_backend", "sglang.<release>.{refused,deprecated}_spellings",
-         "sglang.<release>.chunked_prefill_{size,page_remainder}")
+         "sglang.<release>.chunked_prefill_{size,page_remainder}", "sglang.<release>.attention_dp_width")
 # arg_groups/memory_hook.py handle_gpu_memory_settings (0.5.22-0.5.23): (below MiB, chunked_prefill_size)
 _CHUNK_BY_MEMORY = ((20 * 1024, 2048), (35 * 1024, 4096), (60 * 1024, 4096), (90 * 1024, 8192), (160 * 1024, 8192))
 _CHUNK_LARGEST = 16384
@@ -42,7 +46,10 @@ def _parse(what: str) -> Optional[tuple[str, str, str]]:
     if m:
         return "spellings", m.group(1), m.group(2)
     m = CHUNK.match(what)
-    return ("chunk", m.group(1), m.group(2)) if m else None
+    if m:
+        return "chunk", m.group(1), m.group(2)
+    m = WIDTH.match(what)
+    return ("width", m.group(1), m.group(2)) if m else None
 
 
 def known(what: str) -> bool:
@@ -54,6 +61,12 @@ def sglang_fact(ns: Any, what: str) -> Any:
     if parsed is None:
         raise KeyError(f"sglang.{what}")
     kind, release, which = parsed
+    if kind == "width":
+        from nsa_policy.base.versions import version_ge
+
+        if not version_ge(release, "0.5.22"):
+            return None
+        return _attention_dp_width(ns) if which == "attention_dp_width" else _resolved_attn_cp_size(ns)
     if kind == "chunk":
         size = _chunked_prefill_size(ns, release)
         if which == "size":
@@ -99,6 +112,18 @@ def _attention_dp_width(ns: Any) -> int:
     return 1
 
 
+def _resolved_attn_cp_size(ns: Any) -> int:
+    """DSA prefill CP (_deepseek_family_overrides) keeps an interleave width given > 1, else sets
+    tp_size // attention-DP width; without it the width is --attn-cp-size."""
+    given = int(ns["config.attn_cp_size"])
+    if (ns["config.enable_prefill_cp"] and ns["model.is_dsa"] and ns["device.vendor"] in ("nvidia", "amd")
+            and ns["model.architecture"] in CP_FAMILY):
+        if ns["config.cp_strategy"] == "interleave" and given > 1:
+            return given
+        return max(int(ns["derived.tp_size"]) // max(_attention_dp_width(ns), 1), 1)
+    return given
+
+
 def _chunked_prefill_size(ns: Any, release: str) -> Optional[int]:
     from nsa_policy.base.versions import version_ge
 
@@ -125,6 +150,8 @@ CHUNK_READS = ("config.chunked_prefill_size", "device.memory_gb", "out.page_size
 
 def fact_inputs(what: str) -> Optional[frozenset[str]]:
     parsed = _parse(what)
+    if parsed is not None and parsed[0] == "width":
+        return frozenset({"device", "model", "config"})
     if parsed is not None and parsed[0] == "chunk":
         return frozenset({"device", "model", "config"}) if parsed[2] == "size" else None  # None: everything
     return frozenset({"config"})  # the flags as given
