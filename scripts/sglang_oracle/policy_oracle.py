@@ -42,6 +42,7 @@ import os
 import sys
 import tempfile
 import time
+import types
 from types import SimpleNamespace
 from unittest import mock
 
@@ -158,6 +159,40 @@ def clear_probe_caches() -> None:
                 value.cache_clear()
 
 
+class _Unavailable(types.ModuleType):
+    """A module of the aiter package this CPU machine lacks: importable, every name a kernel that raises if
+    called. Start-up code only imports them (0.5.22's dsa/index_buf_accessor.py imports aiter's
+    cp_gather_indexer_k_quant_cache at import time when the preshuffle probe says yes)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def kernel(*args, **kwargs):
+            raise RuntimeError(f"{self.__name__}.{name}: aiter kernels do not run in the oracle")
+        return kernel
+
+
+@contextlib.contextmanager
+def aiter_importable():
+    """For an emulated ROCm device with aiter's preshuffle path usable (the input says aiter is installed):
+    aiter's modules importable for the duration, removed after."""
+    names = ("aiter", "aiter.ops", "aiter.ops.cache")
+    saved = {n: sys.modules.get(n) for n in names}
+    for n in names:
+        mod = _Unavailable(n)
+        mod.__path__ = []  # a package, so submodules import
+        sys.modules[n] = mod
+    try:
+        yield
+    finally:
+        for n, old in saved.items():
+            if old is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = old
+
+
 @contextlib.contextmanager
 def emulated(device: str, preshuffle: bool, product: str | None = None, memory_gb: float | None = None):
     """The device class's probes; a named device (the sampled inputs) brings its own product string and memory."""
@@ -194,6 +229,8 @@ def emulated(device: str, preshuffle: bool, product: str | None = None, memory_g
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)
+        if hip and preshuffle:
+            stack.enter_context(aiter_importable())
         try:
             from sglang.srt import runtime_context as rc
             from sglang.srt.runtime_context import override_platform
