@@ -420,6 +420,8 @@ EXTRAS = (
     cfg_value("attention_backend flashinfer", attention_backend="flashinfer"),
     cfg_value("attention_backend flashinfer, deterministic inference", attention_backend="flashinfer",
               enable_deterministic_inference=True),
+    cfg_value("attention_backend fa4, deterministic inference", attention_backend="fa4",
+              enable_deterministic_inference=True),
     cfg_value("attention_backend dsa", attention_backend="dsa"),
     *(cfg_value(f"attention_backend {b}", attention_backend=b) for b in ("trtllm_mla", "cutedsl_mla", "trtllm_mha",
                                                                          "hpc_ops", "intel_xpu")),
