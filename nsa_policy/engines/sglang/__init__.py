@@ -118,9 +118,9 @@ class SglangEngine(Engine):
             "an sglang release, e.g. \"0.5.10\"", lambda a: isinstance(a, str),
             lambda a: (), lambda a, ns, catalog: tuple(catalog.sglang_choices(str(a)))), AlternativesKind(
             "chunked_prefill_sizes", "the nearest --chunked-prefill-size values whose per-rank share (divided by the "
-            "attention-DP width) the page size divides, and -1 (off)", "an sglang release, e.g. \"0.5.22\"",
-            lambda a: isinstance(a, str), lambda a: CHUNK_READS,
-            lambda a, ns, catalog: chunk_alternatives(str(a), ns)))
+            "attention-DP width) the page size divides, and -1 (off)", "true",
+            lambda a: a is True, lambda a: CHUNK_READS,
+            lambda a, ns, catalog: chunk_alternatives(ns)))
 
     def lists_backend(self, catalog: Any, backend: str, phase: str, release: str) -> bool:
         # the release's --nsa/--dsa-<phase>-backend choices (backends.yaml sglang_choice)

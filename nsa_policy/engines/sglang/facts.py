@@ -5,13 +5,14 @@
 - `sglang.<release>.{refused,deprecated}_spellings`: the flags among input.spellings that release's
   parser refuses (with what to use instead) or accepts as deprecated aliases (its own warning text),
   as one line from the argument registry (rules/catalog/sglang/args.yaml); None when there are none.
-- `sglang.<release>.chunked_prefill_size`: the per-rank chunked-prefill size that release runs: the flag,
-  else its GPU-memory default, divided by the attention-DP width; None where the release's rule is not
-  modelled (before 0.5.22) or the device's memory is unknown. `..._page_remainder`: that size modulo the
-  decided page size (check_server_args asserts 0), None where sglang does not check it.
-- `sglang.<release>.attention_dp_width`: the attention-DP width that release resolves (attn_dp_enabled_of:
-  > 1 is attention DP), 0.5.22+; None before. `sglang.<release>.attn_cp_size`: the attention-CP width it
-  resolves (DSA prefill CP sets its own), 0.5.22+.
+Values the targeted release (input.release; unset: the newest release) resolves, None where its rule is
+not modelled:
+- `sglang.chunked_prefill_size`: the per-rank chunked-prefill size (0.5.20+): the flag, else the GPU-memory
+  default (None when the device's memory is unknown), divided by the attention-DP width;
+  `sglang.chunked_prefill_page_remainder`: that size modulo the decided page size (check_server_args asserts
+  0), None where sglang does not check it;
+- `sglang.attention_dp_width`: the attention-DP width (0.5.22+: attn_dp_enabled_of, > 1 is attention DP);
+  `sglang.attn_cp_size`: the attention-CP width (0.5.22+: DSA prefill CP sets its own).
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ from typing import Any, Optional
 _RELEASE = r"(\d+(?:\.[0-9A-Za-z]+)*)"
 LISTS = re.compile(rf"^{_RELEASE}\.lists_(prefill|decode)_backend$")
 SPELLINGS = re.compile(rf"^{_RELEASE}\.(refused|deprecated)_spellings$")
-CHUNK = re.compile(rf"^{_RELEASE}\.chunked_prefill_(size|page_remainder)$")
-WIDTH = re.compile(rf"^{_RELEASE}\.(attention_dp_width|attn_cp_size)$")
+# resolved values of the release targeted (input.release; unset: the newest release's rules)
+RESOLVED = ("chunked_prefill_size", "chunked_prefill_page_remainder", "attention_dp_width", "attn_cp_size")
 PATHS = ("sglang.<release>.lists_{prefill,decode}_backend", "sglang.<release>.{refused,deprecated}_spellings",
-         "sglang.<release>.chunked_prefill_{size,page_remainder}", "sglang.<release>.attention_dp_width")
+         *(f"sglang.{name}" for name in RESOLVED))
 # arg_groups/memory_hook.py handle_gpu_memory_settings (0.5.22-0.5.23): (below MiB, chunked_prefill_size)
 _CHUNK_BY_MEMORY = ((20 * 1024, 2048), (35 * 1024, 4096), (60 * 1024, 4096), (90 * 1024, 8192), (160 * 1024, 8192))
 _CHUNK_LARGEST = 16384
@@ -45,11 +46,7 @@ def _parse(what: str) -> Optional[tuple[str, str, str]]:
     m = SPELLINGS.match(what)
     if m:
         return "spellings", m.group(1), m.group(2)
-    m = CHUNK.match(what)
-    if m:
-        return "chunk", m.group(1), m.group(2)
-    m = WIDTH.match(what)
-    return ("width", m.group(1), m.group(2)) if m else None
+    return ("resolved", "", what) if what in RESOLVED else None
 
 
 def known(what: str) -> bool:
@@ -61,20 +58,8 @@ def sglang_fact(ns: Any, what: str) -> Any:
     if parsed is None:
         raise KeyError(f"sglang.{what}")
     kind, release, which = parsed
-    if kind == "width":
-        from nsa_policy.base.versions import version_ge
-
-        if not version_ge(release, "0.5.22"):
-            return None
-        return _attention_dp_width(ns) if which == "attention_dp_width" else _resolved_attn_cp_size(ns)
-    if kind == "chunk":
-        size = _chunked_prefill_size(ns, release)
-        if which == "size":
-            return size
-        page = ns["out.page_size"]
-        if size is None or size <= 0 or not page or ns["config.disaggregation_mode"] == "decode":
-            return None  # chunked prefill off, or a decode server: check_server_args skips the assert
-        return size % page
+    if kind == "resolved":
+        return _resolved(ns, which)
     if kind == "lists":
         backend = ns[f"config.{which}_backend"]
         if backend is None or backend not in ns.catalog.backends:
@@ -124,39 +109,60 @@ def _resolved_attn_cp_size(ns: Any) -> int:
     return given
 
 
-def _chunked_prefill_size(ns: Any, release: str) -> Optional[int]:
+def _release_at_least(ns: Any, need: str) -> bool:
     from nsa_policy.base.versions import version_ge
 
-    if not version_ge(release, "0.5.22"):
+    release = ns["input.release"]
+    return release is None or version_ge(release, need)
+
+
+def _chunk_width(ns: Any) -> int:
+    """What handle_data_parallelism divides the chunk by: dp_size under DP attention up to 0.5.21, the
+    resolved attention-DP width from 0.5.22."""
+    if _release_at_least(ns, "0.5.22"):
+        return _attention_dp_width(ns)
+    return int(ns["config.dp_size"]) if ns["config.enable_dp_attention"] else 1
+
+
+def _resolved(ns: Any, which: str) -> Optional[int]:
+    if which in ("attention_dp_width", "attn_cp_size"):
+        if not _release_at_least(ns, "0.5.22"):
+            return None
+        return _attention_dp_width(ns) if which == "attention_dp_width" else _resolved_attn_cp_size(ns)
+    if not _release_at_least(ns, "0.5.20"):
         return None
-    size, width = _whole_chunk(ns), _attention_dp_width(ns)
-    return size // width if size is not None and width > 1 and size > 0 else size
+    whole, width = _whole_chunk(ns), _chunk_width(ns)
+    size = whole // width if whole is not None and width > 1 and whole > 0 else whole
+    if which == "chunked_prefill_size":
+        return size
+    page = ns["out.page_size"]
+    if size is None or size <= 0 or not page or ns["config.disaggregation_mode"] == "decode":
+        return None  # chunked prefill off, or a decode server: check_server_args skips the assert
+    return size % page
 
 
-def chunk_alternatives(release: str, ns: Any) -> tuple[str, ...]:
+def chunk_alternatives(ns: Any) -> tuple[str, ...]:
     """The nearest --chunked-prefill-size values whose per-rank share the page size divides."""
     size, page = _whole_chunk(ns), ns["out.page_size"]
     if size is None or size <= 0 or not page:
         return ()
-    unit = page * _attention_dp_width(ns)
+    unit = page * _chunk_width(ns)
     below = size // unit * unit
     return tuple(f"chunked_prefill_size {v}" for v in (below, below + unit) if v > 0) + ("chunked_prefill_size -1",)
 
 
 CHUNK_READS = ("config.chunked_prefill_size", "device.memory_gb", "out.page_size", "config.dp_size",
                "config.enable_dp_attention", "config.enable_prefill_cp", "model.is_dsa", "device.vendor",
-               "model.architecture")
+               "model.architecture", "input.release")
 
 
 def fact_inputs(what: str) -> Optional[frozenset[str]]:
     parsed = _parse(what)
-    if parsed is not None and parsed[0] == "width":
-        return frozenset({"device", "model", "config"})
-    if parsed is not None and parsed[0] == "chunk":
-        return frozenset({"device", "model", "config"}) if parsed[2] == "size" else None  # None: everything
+    if parsed is not None and parsed[0] == "resolved":
+        return None if parsed[2] == "chunked_prefill_page_remainder" else frozenset({"device", "model", "config"})
     return frozenset({"config"})  # the flags as given
 
 
 def fact_outputs(what: str) -> tuple[str, ...]:
     parsed = _parse(what)
-    return ("page_size",) if parsed is not None and parsed[0] == "chunk" and parsed[2] == "page_remainder" else ()
+    return ("page_size",) if parsed is not None and parsed[2] == "chunked_prefill_page_remainder" else ()
