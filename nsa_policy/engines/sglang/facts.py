@@ -87,8 +87,9 @@ def _whole_chunk(ns: Any) -> Optional[int]:
 
 
 def _attention_dp_width(ns: Any) -> int:
-    """What handle_data_parallelism divides by (resolved: DSA prefill CP on CUDA/ROCm reads --dp-size as
-    attention DP, context_parallel_attn_dp_size)."""
+    """The attention-DP width handle_data_parallelism divides the chunk by: dp_size under DP attention, which
+    DSA prefill CP on CUDA/ROCm turns on itself (0.5.20-0.5.21: enable_dp_attention=True; 0.5.22+:
+    context_parallel_attn_dp_size)."""
     if ns["config.enable_dp_attention"]:
         return int(ns["config.dp_size"])
     if (ns["config.enable_prefill_cp"] and ns["model.is_dsa"] and ns["device.vendor"] in ("nvidia", "amd")
@@ -116,14 +117,6 @@ def _release_at_least(ns: Any, need: str) -> bool:
     return release is None or version_ge(release, need)
 
 
-def _chunk_width(ns: Any) -> int:
-    """What handle_data_parallelism divides the chunk by: dp_size under DP attention up to 0.5.21, the
-    resolved attention-DP width from 0.5.22."""
-    if _release_at_least(ns, "0.5.22"):
-        return _attention_dp_width(ns)
-    return int(ns["config.dp_size"]) if ns["config.enable_dp_attention"] else 1
-
-
 def _resolved(ns: Any, which: str) -> Optional[int]:
     if which in ("attention_dp_width", "attn_cp_size"):
         if not _release_at_least(ns, "0.5.22"):
@@ -131,7 +124,7 @@ def _resolved(ns: Any, which: str) -> Optional[int]:
         return _attention_dp_width(ns) if which == "attention_dp_width" else _resolved_attn_cp_size(ns)
     if not _release_at_least(ns, "0.5.20"):
         return None
-    whole, width = _whole_chunk(ns), _chunk_width(ns)
+    whole, width = _whole_chunk(ns), _attention_dp_width(ns)
     size = whole // width if whole is not None and width > 1 and whole > 0 else whole
     if which == "chunked_prefill_size":
         return size
@@ -146,7 +139,7 @@ def chunk_alternatives(ns: Any) -> tuple[str, ...]:
     size, page = _whole_chunk(ns), ns["out.page_size"]
     if size is None or size <= 0 or not page:
         return ()
-    unit = page * _chunk_width(ns)
+    unit = page * _attention_dp_width(ns)
     below = size // unit * unit
     return tuple(f"chunked_prefill_size {v}" for v in (below, below + unit) if v > 0) + ("chunked_prefill_size -1",)
 
