@@ -110,7 +110,6 @@ class SglangEngine(Engine):
 
     def alternatives_kinds(self) -> tuple[Any, ...]:
         from nsa_policy.core.alternatives import AlternativesKind
-
         from nsa_policy.engines.sglang.facts import CHUNK_READS, chunk_alternatives
 
         return (AlternativesKind(

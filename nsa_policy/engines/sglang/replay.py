@@ -44,8 +44,8 @@ _KV_SAME = {**{k: v for k, v in KV_ALIASES.items() if k != v}, "auto": None}
 def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     """nsa-policy's answer for the input, read with release X's spellings and choices."""
     from nsa_policy.api import build_facts, decide
-    from nsa_policy.catalog.store import load_catalog
     from nsa_policy.base.errors import NsaPolicyError
+    from nsa_policy.catalog.store import load_catalog
     from nsa_policy.engines.sglang.args import load_args
     from nsa_policy.engines.sglang.launch import ParsedCommand, launch_namespace, parse_command
     from nsa_policy.engines.sglang.startup import ArgsView
