@@ -12,7 +12,8 @@ not modelled:
   `sglang.chunked_prefill_page_remainder`: that size modulo the decided page size (check_server_args asserts
   0), None where sglang does not check it;
 - `sglang.attention_dp_width`: the attention-DP width (0.5.22+: attn_dp_enabled_of, > 1 is attention DP);
-  `sglang.attn_cp_size`: the attention-CP width (0.5.22+: DSA prefill CP sets its own).
+  `sglang.attn_cp_size`: the attention-CP width (0.5.22+: DSA prefill CP sets its own);
+- `sglang.family_overrides`: the architecture gets the DeepSeek family overrides (their prefill-CP block).
 """
 from __future__ import annotations
 
@@ -24,17 +25,19 @@ _RELEASE = r"(\d+(?:\.[0-9A-Za-z]+)*)"
 LISTS = re.compile(rf"^{_RELEASE}\.lists_(prefill|decode)_backend$")
 SPELLINGS = re.compile(rf"^{_RELEASE}\.(refused|deprecated)_spellings$")
 # resolved values of the release targeted (input.release; unset: the newest release's rules)
-RESOLVED = ("chunked_prefill_size", "chunked_prefill_page_remainder", "attention_dp_width", "attn_cp_size")
+RESOLVED = ("chunked_prefill_size", "chunked_prefill_page_remainder", "attention_dp_width", "attn_cp_size",
+            "family_overrides")
 PATHS = ("sglang.<release>.lists_{prefill,decode}_backend", "sglang.<release>.{refused,deprecated}_spellings",
          *(f"sglang.{name}" for name in RESOLVED))
 # arg_groups/memory_hook.py handle_gpu_memory_settings (0.5.22-0.5.23): (below MiB, chunked_prefill_size)
 _CHUNK_BY_MEMORY = ((20 * 1024, 2048), (35 * 1024, 4096), (60 * 1024, 4096), (90 * 1024, 8192), (160 * 1024, 8192))
 _CHUNK_LARGEST = 16384
-# _deepseek_family_overrides' registered architectures: their DSA prefill CP runs --dp-size as attention DP
-CP_FAMILY = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "MistralLarge3ForCausalLM",
-                       "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "Glm5NextForConditionalGeneration",
-                       "HYV4ForCausalLM", "HYV4ForCausalLMNextN", "LongcatFlashForCausalLM",
-                       "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM"})
+# _deepseek_family_overrides' registered architectures (arg_groups/model_overrides/deepseek_v2.py, 0.5.20-0.5.23):
+# their DSA prefill CP runs --dp-size as attention DP; MLA prefill CP of the non-DSA ones sets deepep
+FAMILY_OVERRIDES = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration",
+                              "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
+                              "Glm5NextForConditionalGeneration", "HYV4ForCausalLM", "HYV4ForCausalLMNextN",
+                              "LongcatFlashForCausalLM", "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM"})
 
 
 @lru_cache(maxsize=1024)
@@ -59,6 +62,8 @@ def sglang_fact(ns: Any, what: str) -> Any:
         raise KeyError(f"sglang.{what}")
     kind, release, which = parsed
     if kind == "resolved":
+        if which == "family_overrides":
+            return ns["model.architecture"] in FAMILY_OVERRIDES
         return _resolved(ns, which)
     if kind == "lists":
         backend = ns[f"config.{which}_backend"]
@@ -93,7 +98,7 @@ def _attention_dp_width(ns: Any) -> int:
     if ns["config.enable_dp_attention"]:
         return int(ns["config.dp_size"])
     if (ns["config.enable_prefill_cp"] and ns["model.is_dsa"] and ns["device.vendor"] in ("nvidia", "amd")
-            and ns["model.architecture"] in CP_FAMILY):
+            and ns["model.architecture"] in FAMILY_OVERRIDES):
         return int(ns["config.dp_size"])
     return 1
 
@@ -103,7 +108,7 @@ def _resolved_attn_cp_size(ns: Any) -> int:
     tp_size // attention-DP width; without it the width is --attn-cp-size."""
     given = int(ns["config.attn_cp_size"])
     if (ns["config.enable_prefill_cp"] and ns["model.is_dsa"] and ns["device.vendor"] in ("nvidia", "amd")
-            and ns["model.architecture"] in CP_FAMILY):
+            and ns["model.architecture"] in FAMILY_OVERRIDES):
         if ns["config.cp_strategy"] == "interleave" and given > 1:
             return given
         return max(int(ns["derived.tp_size"]) // max(_attention_dp_width(ns), 1), 1)
@@ -152,6 +157,8 @@ CHUNK_READS = ("config.chunked_prefill_size", "device.memory_gb", "out.page_size
 def fact_inputs(what: str) -> Optional[frozenset[str]]:
     parsed = _parse(what)
     if parsed is not None and parsed[0] == "resolved":
+        if parsed[2] == "family_overrides":
+            return frozenset({"model"})
         return None if parsed[2] == "chunked_prefill_page_remainder" else frozenset({"device", "model", "config"})
     return frozenset({"config"})  # the flags as given
 
