@@ -1,5 +1,4 @@
 """The code registry (rules/codes.yaml): one stable code per finding, each with its documentation."""
-from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path

@@ -4,7 +4,6 @@ The catalog is the one owner of device classes, backends and model families: eve
 in the code (types, choices, the runtime's tables) is derived from the loaded catalog, so a new
 device class or backend is one entry in rules/catalog/*.yaml.
 """
-from __future__ import annotations
 
 import json
 from functools import lru_cache
@@ -480,7 +479,14 @@ class Catalog:
 
 @lru_cache(maxsize=4)
 def load_catalog(root: Optional[Path] = None) -> Catalog:
-    return Catalog(root or catalog_dir())
+    from nsa_policy.base import snapshot
+
+    folder = root or catalog_dir()
+    # The shipped catalog builds to the same objects every time (its matrix cells and device facts
+    # validated once): a fresh process loads them from their snapshot, as it does a compiled bundle.
+    if snapshot.enabled(folder / "devices.yaml"):
+        return snapshot.cached_over_rules(f"catalog:{folder}", lambda: Catalog(folder))
+    return Catalog(folder)
 
 
 # The facts' JSON schemas list the shipped catalog's names (core.facts.SCHEMA_NAMES).

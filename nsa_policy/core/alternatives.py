@@ -4,7 +4,6 @@ One registry: each kind says what its argument is, which facts its list depends 
 list is computed. Rule files, the compiler's checks, the evaluator and consumers (lint, docs)
 all read it from here.
 """
-from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache

@@ -22,7 +22,6 @@ verify, render, docs). A `CompiledRule` says:
 
 Consumers read these and nothing else: no message parsing, no fact-name slicing, no private helpers.
 """
-from __future__ import annotations
 
 import dataclasses
 import hashlib

@@ -5,7 +5,6 @@ an output the rules set, a value every rank must agree on, a value `check`/`diff
 a row of `resolve`'s table. Every list of such fields (OUTPUT_FIELDS, the agreement view, the
 records of a space run, the table) is read from the tags with `tagged()`.
 """
-from __future__ import annotations
 
 import re
 from dataclasses import dataclass

@@ -1,5 +1,4 @@
 """The facts a decision is made from: device, model, serving configuration, and what follows from them."""
-from __future__ import annotations
 
 from typing import Any, Callable, Literal, Optional
 

@@ -8,7 +8,6 @@ docs/decision-log.md; `read_decision_log` parses it back into the models.
 Lines are appended with one `write` on a file opened O_APPEND, so processes sharing one log
 (the ranks of a server) do not interleave within a line.
 """
-from __future__ import annotations
 
 import json
 import logging

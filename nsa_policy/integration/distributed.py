@@ -11,7 +11,6 @@ With NCCL the object collectives stage their bytes on `torch.cuda.current_device
 must have called `torch.cuda.set_device(local_rank)` before (as every NCCL program must); otherwise
 all ranks of a node use GPU 0 and the gather hangs or fails. gloo needs nothing.
 """
-from __future__ import annotations
 
 import socket
 from typing import Any, Mapping, Optional

@@ -57,6 +57,44 @@ class PluginRefused(RuntimeError):
         self.decision = decision
 
 
+_RELEASES: dict[str, Optional[str]] = {}
+
+
+def engine_release(dist: str) -> Optional[str]:
+    """The installed release of the running engine `dist` (sglang, vllm), read once per process.
+
+    The dist-info beside the package the process imported is read first: it is the release that runs
+    (an earlier sys.path entry may hold another), and a directory listing costs a fraction of
+    importlib.metadata.version, which parses every distribution on sys.path (about 1 ms per call in
+    an engine's environment, and the plugin asks several times)."""
+    if dist not in _RELEASES:
+        _RELEASES[dist] = _installed_release(dist)
+    return _RELEASES[dist]
+
+
+def _installed_release(dist: str) -> Optional[str]:
+    import sys
+
+    module = sys.modules.get(dist)
+    for folder in getattr(module, "__path__", None) or ():
+        parent = os.path.dirname(os.path.abspath(folder))
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        prefix = dist + "-"
+        found = [n[len(prefix):-len(".dist-info")] for n in names
+                 if n.startswith(prefix) and n.endswith(".dist-info")]
+        if len(found) == 1:
+            return found[0]
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def mode(env: Optional[Mapping[str, str]] = None) -> Mode:
     """The mode NSA_POLICY asks for. A value that is not a mode raises InputError naming it."""
     env = os.environ if env is None else env

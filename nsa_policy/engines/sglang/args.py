@@ -5,7 +5,6 @@ library's input aliases (inputs.FIELD_ALIASES), launch's flag table, lint's flag
 start-up's targets and parser destinations, and the documentation table. Releases are compared
 as PEP 440 versions (0.5.12.post1 < 0.5.13rc1 < 0.5.13); a local label (+cu129) does not count.
 """
-from __future__ import annotations
 
 from functools import lru_cache
 from typing import Annotated, Any, Literal, Optional, TypeVar
@@ -43,7 +42,7 @@ class _Ranged(_Spec):
     nsa_policy_only: bool = Field(default=False, description="accepted by nsa-policy's own surfaces only")
 
     @model_validator(mode="after")
-    def _range(self) -> _Ranged:
+    def _range(self) -> "_Ranged":
         if self.nsa_policy_only == (self.first is not None):
             raise ValueError("give either first (an sglang release) or nsa_policy_only: true")
         for value in (self.first, self.last):

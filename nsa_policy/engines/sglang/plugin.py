@@ -99,12 +99,7 @@ def _register() -> None:
 # ---------------------------------------------------------------- shared by both seams
 
 def _sglang_release() -> Optional[str]:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return pc.engine_release("sglang")
 
 
 def _fields_for_policy(view: Any) -> dict[str, Any]:

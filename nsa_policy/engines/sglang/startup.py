@@ -28,7 +28,6 @@ renamed (nsa → dsa) across versions. sglang's ServerArgs fills the same fields
 called on an already-initialised ServerArgs, apply sees sglang's own defaults as explicit values
 (it then validates them and rejects the bad ones, but fills nothing).
 """
-from __future__ import annotations
 
 import importlib.metadata
 import logging

@@ -8,7 +8,6 @@ launch, lint, startup.apply_vllm) derives it from here.
 from the catalog's data: the same reason strings, in the same order (checked against vLLM 0.33.0's
 own code by scripts/vllm_oracle).
 """
-from __future__ import annotations
 
 import re
 from functools import lru_cache

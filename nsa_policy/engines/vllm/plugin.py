@@ -115,12 +115,7 @@ def _wrap() -> None:
 
 
 def _vllm_release() -> Optional[str]:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return pc.engine_release("vllm")
 
 
 _READ: dict[str, Any] = {}  # the EngineArgs fields this process's last decision read, for its log line
