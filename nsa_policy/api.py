@@ -44,12 +44,17 @@ def decide(facts: Facts, policy: str = "default", *, trace: bool = True) -> Deci
     `default` with vLLM facts is the vllm-default bundle. A release name answered by an older bundle
     (`sglang-0.5.23` → sglang-0.5.22) is kept in `answers_for`; a release-named policy is also the
     release targeted (facts.release, when not set): findings offer only what it accepts."""
-    if facts.release is None:
-        from nsa_policy import engines  # lazy: the registry loads the engines' packages
+    from nsa_policy import engines  # lazy: the registry loads the engines' packages
 
-        named = engines.get(facts.config.engine).release_of_bundle_name(policy)
+    owner = engines.get(facts.config.engine)
+    if facts.release is None:
+        named = owner.release_of_bundle_name(policy)
         if named is not None:
             facts = facts.model_copy(update={"release": named})
+    # what the release's own start-up does to the arguments before it resolves them (renamed values)
+    config = owner.config_at_release(facts.config, facts.release)
+    if config is not facts.config:
+        facts = facts.model_copy(update={"config": config, "derived": derive(facts.model, config)})
     decision = evaluate(get_bundle(bundle_for_engine(policy, facts.config.engine)), facts, load_catalog(), trace=trace)
     if policy != decision.policy:
         from nsa_policy import engines  # lazy: the registry loads the engines' packages

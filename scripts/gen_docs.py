@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 MIGRATION_TITLE = "Migrating from sglang 0.5.23 to the `default` policy"
 MIGRATION_INTRO = """\
 What changes for an operator who replaces the DSA defaulting of sglang 0.5.23, the release users run
-(reproduced, bugs included, by the `sglang-0.5.22` bundle: 0.5.23's DSA start-up is byte-identical),
+(reproduced, bugs included, by the `sglang-0.5.22` bundle: 0.5.23's DSA start-up is byte-identical, but for its rename of tokenspeed_mla, which the enumerated space reads as 0.5.22 does),
 with nsa-policy's `default` policy. Read the classes as "in 0.5.23 → with `default`". Regenerate with `python scripts/gen_docs.py`.
 """  # noqa: E501 (the generated text's line breaks are part of the checked docs)
 

@@ -139,6 +139,11 @@ class Engine:
         """The engine's flags a mapping spells (its flag-form keys), in order."""
         return ()
 
+    def config_at_release(self, config: ServingConfig, release: Optional[str]) -> ServingConfig:
+        """The configuration as the release targeted (None: the newest) reads it once its own renames of
+        deprecated values have run, before any resolution. The engine's own start-up code decides."""
+        return config
+
     def seed_outputs(self, ns: Any) -> Iterator[tuple[str, Any, str, str]]:
         """The user's explicit values that are outputs from the start: (output, value, source, detail)."""
         for out in ("kv_cache_dtype", "page_size"):

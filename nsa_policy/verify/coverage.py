@@ -26,6 +26,7 @@ def facts_from_case_input(inp: dict, engine: str = "sglang") -> Facts:
     if "device" not in data:
         raise InputError("device", None, hint="every case input names a device")
     device = data.pop("device")
+    release = data.pop("release", None)  # the engine release targeted (a bundle answering several: which one)
     model: Any = data.pop("model", None)
     if model is None:
         if "arch" not in data:
@@ -40,7 +41,8 @@ def facts_from_case_input(inp: dict, engine: str = "sglang") -> Facts:
     from nsa_policy.inputs import spellings_from
 
     flags = tuple(s for s in spellings_from(data, engine=engine) if s.startswith("--"))
-    return build_facts(data, device=device, model=model, env=env, packages=packages, engine=engine, spellings=flags)
+    return build_facts(data, device=device, model=model, env=env, packages=packages, engine=engine, spellings=flags,
+                       release=None if release is None else str(release))
 
 
 def load_case_files(paths: list[str]) -> list[tuple[Optional[str], str, dict[str, Any]]]:

@@ -423,8 +423,8 @@ EXTRAS = (
     cfg_value("attention_backend fa4, deterministic inference", attention_backend="fa4",
               enable_deterministic_inference=True),
     cfg_value("attention_backend dsa", attention_backend="dsa"),
-    *(cfg_value(f"attention_backend {b}", attention_backend=b) for b in ("trtllm_mla", "cutedsl_mla", "trtllm_mha",
-                                                                         "hpc_ops", "intel_xpu")),
+    *(cfg_value(f"attention_backend {b}", attention_backend=b)
+      for b in ("trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops", "intel_xpu")),
     cfg_value("HiSparse with mixed chunk", enable_hisparse=True, disable_radix_cache=True, enable_mixed_chunk=True),
     cfg_value("HiCache on a PD decode server", enable_hierarchical_cache=True, disaggregation_mode="decode"),
     cfg_value("page_size 64", page_size=64),
@@ -519,6 +519,15 @@ SPECULATIVE_VARIANTS = (
     cfg_value("STANDALONE, steps 3 top-k 1 draft 4, attention DP 8 (tp8)", speculative_algorithm="STANDALONE",
               speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4, tp_size=8, dp_size=8,
               enable_dp_attention=True),
+    # a forced flex_attention, HiCache with DCP, HiSparse: each takes speculative decoding only in part
+    cfg_value("STANDALONE, steps 3 top-k 1 draft 4, attention_backend flex_attention", speculative_algorithm="STANDALONE",
+              speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4,
+              attention_backend="flex_attention"),
+    cfg_value("EAGLE, steps 1 top-k 1 draft 2, HiCache with dcp 2 (tp8)", speculative_algorithm="EAGLE",
+              speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=2,
+              enable_hierarchical_cache=True, dcp_size=2, tp_size=8),
+    cfg_value("NGRAM top-k 2, HiSparse", speculative_algorithm="NGRAM", speculative_num_steps=2, speculative_eagle_topk=2,
+              enable_hisparse=True, disable_radix_cache=True),
 )
 
 
@@ -584,7 +593,10 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
             [a for _, a in uncatalogued_families(catalog)]
             + sorted({a for b in bundles for a in getattr(b, "family_only_architectures", ())}), topk),
             counts_for_size=False),
-            Dim("kv_cache_dtype", tuple(cfg_value(k, kv_cache_dtype=k) for k in other_kv_dtypes())))),
+            Dim("kv_cache_dtype", tuple(cfg_value(k, kv_cache_dtype=k) for k in other_kv_dtypes())),
+            # a forced trtllm_mla reads the KV dtype as typed where the DSA KV default does not run
+            Dim("attention_backend", (cfg_value("unset"), cfg_value("attention_backend trtllm_mla",
+                                                                    attention_backend="trtllm_mla"))))),
         Block("speculative", (device, model, kv3, Dim("speculative", SPECULATIVE_VARIANTS))),
         Block("not_dsa_prefill_cp", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                                  counts_for_size=False), Dim("prefill_cp", PREFILL_CP_VARIANTS))),

@@ -58,7 +58,8 @@ else:
     c1, w1 = time.process_time(), time.perf_counter()
 assert out["ok"], out["error"]
 log = out["log"]
-print(json.dumps({"wall_ms": (w1 - w0) * 1000, "cpu_ms": (c1 - c0) * 1000,
+import nsa_policy
+print(json.dumps({"nsa_policy": os.path.dirname(nsa_policy.__file__), "wall_ms": (w1 - w0) * 1000, "cpu_ms": (c1 - c0) * 1000,
                   "plugin_ms": log[0]["context"]["plugin_ms"] if log else None, "decided": bool(log)}))
 '''
 
@@ -73,20 +74,27 @@ def main() -> None:
     engine, n = sys.argv[1], int(sys.argv[2])
     allow = "SGLANG_PLUGINS" if engine == "sglang" else "VLLM_PLUGINS"
     samples: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    load = os.getloadavg()
     for round_ in range(n):
         order = VARIANTS[round_ % 3:] + VARIANTS[:round_ % 3]
         for variant in order:
             env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_POLICY")}
             env[allow] = "none" if variant == "engine" else "nsa_policy"
+            # cwd "/": `python -c` puts the working directory first on sys.path, and run from a checkout
+            # that would import the checkout's nsa_policy (no rule snapshots) instead of the installed wheel
             p = subprocess.run([sys.executable, "-c", CHILD, engine, variant, HERE], capture_output=True, text=True,
-                               env=env)
+                               env=env, cwd="/")
             if p.returncode != 0:
                 sys.exit(f"{engine} {variant}: {p.stderr[-2000:]}")
             sample = json.loads(p.stdout.strip().splitlines()[-1])
             if sample["decided"] != (variant == "fill"):
                 sys.exit(f"{engine} {variant}: the plugin {'did not decide' if variant == 'fill' else 'decided'}")
             samples[variant].append(sample)
-    out: dict = {"engine": engine, "processes_per_variant": n}
+            checkout = os.path.abspath(os.path.join(HERE, os.pardir, os.pardir))
+            if os.path.abspath(os.path.join(sample["nsa_policy"], os.pardir)) == checkout:
+                sys.exit(f"{engine} {variant}: nsa_policy was imported from this checkout, not from the installed wheel")
+    out: dict = {"engine": engine, "processes_per_variant": n, "nsa_policy": samples["fill"][0]["nsa_policy"],
+                 "loadavg_before": [round(x, 2) for x in load]}
     for variant in VARIANTS:
         s = samples[variant]
         out[variant] = {"step_wall_ms": _stats([x["wall_ms"] for x in s]), "step_cpu_ms": _stats([x["cpu_ms"] for x in s])}

@@ -265,6 +265,13 @@ def test_a_decision_the_release_cannot_run_is_refused_and_release_overrides_are_
                        logger=QUIET).engine_overrides == {}
 
 
+def test_a_renamed_value_with_settings_of_its_own_is_left_to_sglang() -> None:
+    # 0.5.23 renames tokenspeed_mla to cutedsl_mla and sets fp8_e4m3 KV itself; respelt here, the KV would be lost
+    p = plan("--attention-backend", "tokenspeed_mla", release="0.5.23", policy="sglang-0.5.23")
+    assert p.argv[5:7] == ("--attention-backend", "tokenspeed_mla") and p.rewritten == ()
+    assert (p.decision.attention_backend, p.decision.kv_cache_dtype) == ("cutedsl_mla", "fp8_e4m3")
+
+
 def test_a_deprecated_value_is_respelt() -> None:
     p = plan("--attention-backend", "nsa", release="0.5.23")
     assert p.argv[5:7] == ("--attention-backend", "dsa") and p.rewritten[0].endswith("(sglang 0.5.23: deprecated value)")

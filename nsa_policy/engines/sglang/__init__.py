@@ -53,6 +53,11 @@ class SglangEngine(Engine):
         raw = config.kv_cache_dtype
         return {"config.kv_cache_dtype": KV_ALIASES.get(raw, raw) if raw is not None else "auto"}
 
+    def config_at_release(self, config: Any, release: Optional[str]) -> Any:
+        from nsa_policy.engines.sglang.config import config_at_release
+
+        return config_at_release(config, release)
+
     def seed_outputs(self, ns: Any) -> Iterator[tuple[str, Any, str, str]]:
         from nsa_policy.catalog.store import KV_DTYPES
         from nsa_policy.core.namespace import threshold_detail

@@ -133,6 +133,11 @@ class ChoiceAlias(_Spec):
     value: str
     canonical: str
     deprecated: str
+    distinct_before: bool = Field(default=False, description=(
+        "before `deprecated` the value was a choice of its own, with its own checks: the policy reads it as "
+        "given, and renames it (with `implies`) only for a release at or after `deprecated`"))
+    implies: dict[str, Any] = Field(default_factory=dict, description=(
+        "what the release's own rename also sets (field -> value), as sglang declares it before any resolution"))
 
 
 class Argument(_Spec):

@@ -27,9 +27,27 @@ BOOL_FIELDS = frozenset(n for n, f in ServingConfig.model_fields.items() if f.an
 
 # field → {old value: the value it names now}: renamed choices the policy reads under their new name
 # (cp_strategy's in-seq-split is zigzag); from the registry's choice_aliases.
+# A value that was a choice of its own before its rename (distinct_before) is kept as given here: the
+# release targeted renames it (config_at_release), since the releases before the rename check it as itself.
 VALUE_ALIASES: dict[str, dict[str, str]] = {
-    a.field: {c.value: c.canonical for c in a.choice_aliases}
-    for a in load_args().arguments.values() if a.field and a.choice_aliases}
+    a.field: {c.value: c.canonical for c in a.choice_aliases if not c.distinct_before}
+    for a in load_args().arguments.values() if a.field and any(not c.distinct_before for c in a.choice_aliases)}
+RELEASE_RENAMES: tuple[tuple[str, Any], ...] = tuple(
+    (a.field, c) for a in load_args().arguments.values() if a.field for c in a.choice_aliases if c.distinct_before)
+
+
+def config_at_release(config: ServingConfig, release: Optional[str]) -> ServingConfig:
+    """The configuration as the release targeted (None: the newest) reads it after its own renames of
+    deprecated values: 0.5.23 turns --attention-backend tokenspeed_mla into cutedsl_mla with fp8_e4m3 KV
+    (serving_hook._handle_deprecated_args); before 0.5.23 the value is its own backend, kept as given."""
+    from nsa_policy.base.versions import version_ge
+
+    update: dict[str, Any] = {}
+    for field, alias in RELEASE_RENAMES:
+        if getattr(config, field) == alias.value and (release is None or version_ge(release, alias.deprecated)):
+            update[field] = alias.canonical
+            update.update(alias.implies)
+    return config.model_copy(update=update) if update else config
 
 
 

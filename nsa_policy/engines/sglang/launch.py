@@ -216,7 +216,9 @@ def _for_release(parsed: ParsedCommand, rel: str) -> tuple[list[str], dict[int, 
             rewrites.append(f"--enable-dp-attention {o.flag} {o.value} → {new} {o.value} "
                             f"(sglang {rel} deprecates --enable-dp-attention)")
             continue
-        alias = next((a for a in arg.choice_aliases if a.value == o.value
+        # a value renamed with settings of its own (distinct_before: tokenspeed_mla's fp8 KV) is left for
+        # sglang's own rename, which sets them too
+        alias = next((a for a in arg.choice_aliases if a.value == o.value and not a.distinct_before
                       and reg._rel(rel) >= reg._rel(a.deprecated)), None)
         if status in ("canonical",):
             if alias is not None:  # a deprecated value (--attention-backend nsa from 0.5.13): its canonical name
