@@ -348,6 +348,14 @@ class ArgRegistry:
                 out[e.name] = f"last read in sglang {e.last}"
         return out
 
+    def listed(self, flag: str, release: object) -> Optional[tuple[str, ...]]:
+        """The values the release's parser lists for this spelling: its own list where it has one
+        (--prefill-cp-mode: in-seq-split only), else its argument's; None where it lists none."""
+        hit = self.lookup(flag)
+        if hit is None:
+            return None
+        return hit[1].choices if hit[1].choices is not None else self.choices(hit[0].name, release)
+
     def choices(self, arg: str, release: object) -> Optional[tuple[str, ...]]:
         """The values the release's parser lists for the argument (None: free-form)."""
         r = self._rel(release)

@@ -256,7 +256,7 @@ class SglangLint:
         if status == "nsa-policy" and any(other.flag.startswith(sp.flag) and other.status(rel) in ("canonical", "deprecated")
                                           for other in a.spellings):
             status = "canonical"  # argparse takes an unambiguous prefix: --tp for --tp-size
-        listed = sp.choices if sp.choices is not None else args.choices(a.name, rel)
+        listed = args.listed(spelling, rel)
         return a, sp, status, args.spelling_for(a.name, rel), listed
 
     def _ever_listed(self, name: str) -> frozenset[str]:

@@ -60,10 +60,7 @@ def answer(release: str, item: Mapping[str, Any]) -> dict[str, Any]:
     for o in parsed.occurrences:  # argparse: a flag the release does not have, a value it does not list
         if not reg.accepts(o.flag, release):
             return {**refused, "codes": [f"argparse: {o.flag} not in sglang {release}"]}
-        hit = reg.lookup(o.flag)  # a spelling with a list of its own (--prefill-cp-mode: in-seq-split only)
-        if hit is not None and hit[1].choices is not None and o.value not in hit[1].choices:
-            return {**refused, "codes": [f"argparse: {o.flag} {o.value} not a choice of sglang {release}"]}
-        valid = reg.choices(o.arg, release)
+        valid = reg.listed(o.flag, release)  # a spelling's own list where it has one (--prefill-cp-mode)
         aliases = {a.value: a.canonical for a in reg.argument(o.arg).choice_aliases}
         if valid is not None and o.value not in valid and aliases.get(o.value) not in valid:
             return {**refused, "codes": [f"argparse: {o.flag} {o.value} not a choice of sglang {release}"]}
