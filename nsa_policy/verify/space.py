@@ -424,7 +424,8 @@ EXTRAS = (
               enable_deterministic_inference=True),
     cfg_value("attention_backend dsa", attention_backend="dsa"),
     *(cfg_value(f"attention_backend {b}", attention_backend=b)
-      for b in ("trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops", "intel_xpu")),
+      for b in ("trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops", "intel_xpu", "cutlass_mla",
+                "flashmla")),
     cfg_value("HiSparse with mixed chunk", enable_hisparse=True, disable_radix_cache=True, enable_mixed_chunk=True),
     cfg_value("HiCache on a PD decode server", enable_hierarchical_cache=True, disaggregation_mode="decode"),
     cfg_value("page_size 64", page_size=64),
@@ -594,9 +595,10 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
             + sorted({a for b in bundles for a in getattr(b, "family_only_architectures", ())}), topk),
             counts_for_size=False),
             Dim("kv_cache_dtype", tuple(cfg_value(k, kv_cache_dtype=k) for k in other_kv_dtypes())),
-            # a forced trtllm_mla reads the KV dtype as typed where the DSA KV default does not run
+            # a forced trtllm_mla or cutedsl_mla reads the KV dtype as typed where the DSA KV default does not run
             Dim("attention_backend", (cfg_value("unset"), cfg_value("attention_backend trtllm_mla",
-                                                                    attention_backend="trtllm_mla"))))),
+                                                                    attention_backend="trtllm_mla"),
+                                      cfg_value("attention_backend cutedsl_mla", attention_backend="cutedsl_mla"))))),
         Block("speculative", (device, model, kv3, Dim("speculative", SPECULATIVE_VARIANTS))),
         Block("not_dsa_prefill_cp", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                                  counts_for_size=False), Dim("prefill_cp", PREFILL_CP_VARIANTS))),

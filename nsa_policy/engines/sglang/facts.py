@@ -7,8 +7,8 @@
   as one line from the argument registry (rules/catalog/sglang/args.yaml); None when there are none.
 Values the targeted release (input.release; unset: the newest release) resolves, None where its rule is
 not modelled:
-- `sglang.chunked_prefill_size`: the per-rank chunked-prefill size (0.5.20+): the flag, else the GPU-memory
-  default (None when the device's memory is unknown), divided by the attention-DP width;
+- `sglang.chunked_prefill_size`: the per-rank chunked-prefill size (0.5.16+): the flag, else the GPU-memory
+  default of the release (None when the device's memory is unknown), divided by the attention-DP width;
   `sglang.chunked_prefill_page_remainder`: that size modulo the decided page size (check_server_args asserts
   0), None where sglang does not check it;
 - `sglang.attention_dp_width`: the attention-DP width (0.5.22+: attn_dp_enabled_of, > 1 is attention DP);
@@ -29,8 +29,10 @@ RESOLVED = ("chunked_prefill_size", "chunked_prefill_page_remainder", "attention
             "family_overrides")
 PATHS = ("sglang.<release>.lists_{prefill,decode}_backend", "sglang.<release>.{refused,deprecated}_spellings",
          *(f"sglang.{name}" for name in RESOLVED))
-# arg_groups/memory_hook.py handle_gpu_memory_settings (0.5.22-0.5.23): (below MiB, chunked_prefill_size)
+# arg_groups/memory_hook.py handle_gpu_memory_settings (0.5.20-0.5.23): (below MiB, chunked_prefill_size)
 _CHUNK_BY_MEMORY = ((20 * 1024, 2048), (35 * 1024, 4096), (60 * 1024, 4096), (90 * 1024, 8192), (160 * 1024, 8192))
+# 0.5.16-0.5.19 (server_args.py _handle_gpu_memory_settings, 0.5.19 memory_hook.py): 2048 below 35 GiB
+_CHUNK_BY_MEMORY_BEFORE_0_5_20 = ((35 * 1024, 2048),) + _CHUNK_BY_MEMORY[2:]
 _CHUNK_LARGEST = 16384
 # _deepseek_family_overrides' registered architectures (arg_groups/model_overrides/deepseek_v2.py, 0.5.20-0.5.23):
 # their DSA prefill CP runs --dp-size as attention DP; MLA prefill CP of the non-DSA ones sets deepep
@@ -87,13 +89,14 @@ def _whole_chunk(ns: Any) -> Optional[int]:
         if memory is None:
             return None  # sglang reads the GPU's own memory; the policy does not know it
         mib = memory * 1024
-        size = next((chunk for below, chunk in _CHUNK_BY_MEMORY if mib < below), _CHUNK_LARGEST)
+        table = _CHUNK_BY_MEMORY if _release_at_least(ns, "0.5.20") else _CHUNK_BY_MEMORY_BEFORE_0_5_20
+        size = next((chunk for below, chunk in table if mib < below), _CHUNK_LARGEST)
     return size
 
 
 def _attention_dp_width(ns: Any) -> int:
     """The attention-DP width handle_data_parallelism divides the chunk by: dp_size under DP attention, which
-    DSA prefill CP on CUDA/ROCm turns on itself (0.5.20-0.5.21: enable_dp_attention=True; 0.5.22+:
+    DSA prefill CP on CUDA/ROCm turns on itself (0.5.16-0.5.21: enable_dp_attention=True; 0.5.22+:
     context_parallel_attn_dp_size)."""
     if ns["config.enable_dp_attention"]:
         return int(ns["config.dp_size"])
@@ -127,8 +130,8 @@ def _resolved(ns: Any, which: str) -> Optional[int]:
         if not _release_at_least(ns, "0.5.22"):
             return None
         return _attention_dp_width(ns) if which == "attention_dp_width" else _resolved_attn_cp_size(ns)
-    if not _release_at_least(ns, "0.5.20"):
-        return None
+    if not _release_at_least(ns, "0.5.16"):
+        return None  # the assert is older; its sizes are read from 0.5.16 on
     whole, width = _whole_chunk(ns), _attention_dp_width(ns)
     size = whole // width if whole is not None and width > 1 and whole > 0 else whole
     if which == "chunked_prefill_size":
