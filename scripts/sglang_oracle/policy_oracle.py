@@ -260,7 +260,10 @@ def _legacy_probes(device: str) -> dict:
             "is_sm120_supported": cuda and major == 12, "is_hopper_with_cuda_12_3": cuda and major == 9,
             "is_flashinfer_available": cuda, "get_device": "xpu" if xpu else "cuda", "get_device_sm": major * 10 + minor,
             "get_device_name": name, "get_device_memory_capacity": mem / (1 << 20),
-            "get_nvidia_driver_version": (580, 0)}
+            "get_nvidia_driver_version": (580, 0),
+            # the catalog's XPUs (Max 1550: PVC, Arc B580: BMG) have fp64, sglang's XMX probe; from 0.5.20 the
+            # platform override answers it so already, before it the probe read the CPU build's torch.xpu
+            "xpu_has_xmx_support": xpu}
 
 
 def legacy_patches(device: str) -> list:
