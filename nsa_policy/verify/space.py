@@ -343,15 +343,15 @@ def device_groups(catalog: Catalog, bundles: Sequence[Any]) -> list[list[str]]:
 
 
 def other_kv_dtypes() -> tuple[str, ...]:
-    """KV dtypes the newest release's --kv-cache-dtype lists that are not DSA's (nor INVALID_KV, nor an alias):
-    its KV-cache checks judge them where the DSA block does not (Intel XPU, family-only architectures;
-    sglang 0.5.22+ arg_groups/kv_cache_hook.py). Read from the argument registry, their one owner."""
+    """KV dtypes some release's --kv-cache-dtype lists that are not DSA's (nor INVALID_KV, nor an alias): its
+    KV-cache checks judge them where the DSA block does not (Intel XPU, family-only architectures; sglang 0.5.22+
+    arg_groups/kv_cache_hook.py; fp4_e2m1 up to 0.5.15). Read from the argument registry, their one owner."""
     from nsa_policy.catalog.store import KV_DTYPES
     from nsa_policy.engines.sglang.args import load_args
     from nsa_policy.engines.sglang.config import KV_ALIASES
 
-    newest = load_args().argument("kv_cache_dtype").choices[-1].values
-    return tuple(k for k in newest if KV_ALIASES.get(k, k) not in ("auto", *KV_DTYPES) and k != INVALID_KV)
+    listed = dict.fromkeys(k for c in load_args().argument("kv_cache_dtype").choices for k in c.values)
+    return tuple(k for k in listed if KV_ALIASES.get(k, k) not in ("auto", *KV_DTYPES) and k != INVALID_KV)
 
 
 def _arch_values(archs: Iterable[str], topk: int) -> tuple[Value, ...]:

@@ -7,7 +7,7 @@
   as one line from the argument registry (rules/catalog/sglang/args.yaml); None when there are none.
 Values the targeted release (input.release; unset: the newest release) resolves, None where its rule is
 not modelled:
-- `sglang.chunked_prefill_size`: the per-rank chunked-prefill size (0.5.16+): the flag, else the GPU-memory
+- `sglang.chunked_prefill_size`: the per-rank chunked-prefill size (0.5.13+): the flag, else the GPU-memory
   default of the release (None when the device's memory is unknown), divided by the attention-DP width;
   `sglang.chunked_prefill_page_remainder`: that size modulo the decided page size (check_server_args asserts
   0), None where sglang does not check it;
@@ -31,7 +31,7 @@ PATHS = ("sglang.<release>.lists_{prefill,decode}_backend", "sglang.<release>.{r
          *(f"sglang.{name}" for name in RESOLVED))
 # arg_groups/memory_hook.py handle_gpu_memory_settings (0.5.20-0.5.23): (below MiB, chunked_prefill_size)
 _CHUNK_BY_MEMORY = ((20 * 1024, 2048), (35 * 1024, 4096), (60 * 1024, 4096), (90 * 1024, 8192), (160 * 1024, 8192))
-# 0.5.16-0.5.19 (server_args.py _handle_gpu_memory_settings, 0.5.19 memory_hook.py): 2048 below 35 GiB
+# 0.5.13-0.5.19 (server_args.py _handle_gpu_memory_settings, 0.5.19 memory_hook.py): 2048 below 35 GiB
 _CHUNK_BY_MEMORY_BEFORE_0_5_20 = ((35 * 1024, 2048),) + _CHUNK_BY_MEMORY[2:]
 _CHUNK_LARGEST = 16384
 # _deepseek_family_overrides' registered architectures (arg_groups/model_overrides/deepseek_v2.py, 0.5.20-0.5.23):
@@ -96,7 +96,7 @@ def _whole_chunk(ns: Any) -> Optional[int]:
 
 def _attention_dp_width(ns: Any) -> int:
     """The attention-DP width handle_data_parallelism divides the chunk by: dp_size under DP attention, which
-    DSA prefill CP on CUDA/ROCm turns on itself (0.5.16-0.5.21: enable_dp_attention=True; 0.5.22+:
+    DSA prefill CP on CUDA/ROCm turns on itself (0.5.13-0.5.21: enable_dp_attention=True; 0.5.22+:
     context_parallel_attn_dp_size)."""
     if ns["config.enable_dp_attention"]:
         return int(ns["config.dp_size"])
@@ -130,8 +130,8 @@ def _resolved(ns: Any, which: str) -> Optional[int]:
         if not _release_at_least(ns, "0.5.22"):
             return None
         return _attention_dp_width(ns) if which == "attention_dp_width" else _resolved_attn_cp_size(ns)
-    if not _release_at_least(ns, "0.5.16"):
-        return None  # the assert is older; its sizes are read from 0.5.16 on
+    if not _release_at_least(ns, "0.5.13"):
+        return None  # the assert is older; its sizes are read from 0.5.13 on
     whole, width = _whole_chunk(ns), _attention_dp_width(ns)
     size = whole // width if whole is not None and width > 1 and whole > 0 else whole
     if which == "chunked_prefill_size":
