@@ -100,7 +100,9 @@ def _attention_dp_width(ns: Any) -> int:
     context_parallel_attn_dp_size)."""
     if ns["config.enable_dp_attention"]:
         return int(ns["config.dp_size"])
-    if (ns["config.enable_prefill_cp"] and ns["model.is_dsa"] and ns["device.vendor"] in ("nvidia", "amd")
+    # either switch: --enable-prefill-context-parallel is prefill CP too up to 0.5.19
+    prefill_cp = ns["config.enable_prefill_cp"] or ns["config.enable_prefill_context_parallel"]
+    if (prefill_cp and ns["model.is_dsa"] and ns["device.vendor"] in ("nvidia", "amd")
             and ns["model.architecture"] in FAMILY_OVERRIDES):
         return int(ns["config.dp_size"])
     return 1
@@ -153,7 +155,8 @@ def chunk_alternatives(ns: Any) -> tuple[str, ...]:
 
 
 CHUNK_READS = ("config.chunked_prefill_size", "device.memory_gb", "out.page_size", "config.dp_size",
-               "config.enable_dp_attention", "config.enable_prefill_cp", "model.is_dsa", "device.vendor",
+               "config.enable_dp_attention", "config.enable_prefill_cp", "config.enable_prefill_context_parallel",
+               "model.is_dsa", "device.vendor",
                "model.architecture", "input.release")
 
 
