@@ -215,6 +215,31 @@ def emulated(device: str, preshuffle: bool, product: str | None = None, memory_g
     for modname, mod in list(sys.modules.items()):
         if modname.startswith("sglang.") and callable(getattr(mod, "is_gfx1250_supported", None)):
             patches.append(mock.patch.object(mod, "is_gfx1250_supported", lambda _d=device: _d == "gfx1250"))
+    # An Intel XPU: torch.cuda.is_available() is patched True above for the direct callers, so get_device()
+    # would answer "cuda" where a real XPU answers "xpu" (ServerArgs.device: NGRAM's device check, the platform
+    # fallbacks); and the XMX probe reads torch.xpu, which this CPU build lacks: the catalog's XPUs (Max 1550:
+    # PVC, Arc B580: BMG) have it. Re-point both, in every loaded module that holds them (0.5.19+ import them
+    # into arg_groups; before 0.5.19, legacy_patches covers the modules it names).
+    if device in XPU:
+        import importlib
+
+        for lazy in ("sglang.srt.arg_groups.serving_hook", "sglang.srt.arg_groups.memory_hook"):
+            try:  # loaded lazily by the resolution; load them here so that their probes can be re-pointed
+                importlib.import_module(lazy)
+            except ImportError:
+                pass
+        for modname, mod in list(sys.modules.items()):
+            if not modname.startswith("sglang."):
+                continue
+            # only where ServerArgs.device is defaulted (0.5.19+): the memory probes read get_device too
+            if modname == "sglang.srt.arg_groups.serving_hook" and callable(getattr(mod, "get_device", None)):
+                patches.append(mock.patch.object(mod, "get_device", lambda *a, **k: "xpu"))
+            if callable(getattr(mod, "xpu_has_xmx_support", None)):
+                patches.append(mock.patch.object(mod, "xpu_has_xmx_support", lambda: True))
+            # with device "xpu" the memory probe asks torch.xpu: answer the device's memory (MiB), as on CUDA
+            if callable(getattr(mod, "get_device_memory_capacity", None)):
+                patches.append(mock.patch.object(mod, "get_device_memory_capacity",
+                                                 lambda *a, _m=mem / (1 << 20), **k: _m))
     if hip:  # dsa.utils from 0.5.13, nsa.utils in 0.5.12; before 0.5.12 the release does not ask
         import importlib
 
@@ -261,9 +286,7 @@ def _legacy_probes(device: str) -> dict:
             "is_flashinfer_available": cuda, "get_device": "xpu" if xpu else "cuda", "get_device_sm": major * 10 + minor,
             "get_device_name": name, "get_device_memory_capacity": mem / (1 << 20),
             "get_nvidia_driver_version": (580, 0),
-            # the catalog's XPUs (Max 1550: PVC, Arc B580: BMG) have fp64, sglang's XMX probe; from 0.5.20 the
-            # platform override answers it so already, before it the probe read the CPU build's torch.xpu
-            "xpu_has_xmx_support": xpu}
+            "xpu_has_xmx_support": xpu}  # the catalog's XPUs have XMX (emulated(): every release)
 
 
 def legacy_patches(device: str) -> list:
