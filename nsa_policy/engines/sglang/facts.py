@@ -100,8 +100,10 @@ def _attention_dp_width(ns: Any) -> int:
     context_parallel_attn_dp_size)."""
     if ns["config.enable_dp_attention"]:
         return int(ns["config.dp_size"])
-    # either switch: --enable-prefill-context-parallel is prefill CP too up to 0.5.19
-    prefill_cp = ns["config.enable_prefill_cp"] or ns["config.enable_prefill_context_parallel"]
+    # either switch from 0.5.14 (--enable-prefill-context-parallel is prefill CP too up to 0.5.19); 0.5.13 runs
+    # DSA prefill CP under its DSA switch only
+    prefill_cp = ns["config.enable_prefill_cp"] or (
+        ns["config.enable_prefill_context_parallel"] and _release_at_least(ns, "0.5.14"))
     if (prefill_cp and ns["model.is_dsa"] and ns["device.vendor"] in ("nvidia", "amd")
             and ns["model.architecture"] in FAMILY_OVERRIDES):
         return int(ns["config.dp_size"])
