@@ -7,13 +7,16 @@
   as one line from the argument registry (rules/catalog/sglang/args.yaml); None when there are none.
 Values the targeted release (input.release; unset: the newest release) resolves, None where its rule is
 not modelled:
-- `sglang.chunked_prefill_size`: the per-rank chunked-prefill size (0.5.13+): the flag, else the GPU-memory
+- `sglang.chunked_prefill_size`: the per-rank chunked-prefill size (0.5.10+): the flag, else the GPU-memory
   default of the release (None when the device's memory is unknown), divided by the attention-DP width;
   `sglang.chunked_prefill_page_remainder`: that size modulo the decided page size (check_server_args asserts
   0), None where sglang does not check it;
 - `sglang.attention_dp_width`: the attention-DP width (0.5.22+: attn_dp_enabled_of, > 1 is attention DP);
   `sglang.attn_cp_size`: the attention-CP width (0.5.22+: DSA prefill CP sets its own);
-- `sglang.family_overrides`: the architecture gets the DeepSeek family overrides (their prefill-CP block).
+- `sglang.family_overrides`: the architecture gets the DeepSeek family overrides (their prefill-CP block);
+- `sglang.dsa_device_block`: the release runs the device part of its DSA block here (prefill CP's DP attention,
+  attention-CP width and MoE all-to-all backend): CUDA and ROCm, and Intel XPU up to 0.5.11 (0.5.10-0.5.11:
+  `if not is_npu()`; 0.5.12+: `if not is_npu() and not is_xpu()`).
 """
 from __future__ import annotations
 
@@ -26,12 +29,12 @@ LISTS = re.compile(rf"^{_RELEASE}\.lists_(prefill|decode)_backend$")
 SPELLINGS = re.compile(rf"^{_RELEASE}\.(refused|deprecated)_spellings$")
 # resolved values of the release targeted (input.release; unset: the newest release's rules)
 RESOLVED = ("chunked_prefill_size", "chunked_prefill_page_remainder", "attention_dp_width", "attn_cp_size",
-            "family_overrides")
+            "family_overrides", "dsa_device_block")
 PATHS = ("sglang.<release>.lists_{prefill,decode}_backend", "sglang.<release>.{refused,deprecated}_spellings",
          *(f"sglang.{name}" for name in RESOLVED))
 # arg_groups/memory_hook.py handle_gpu_memory_settings (0.5.20-0.5.23): (below MiB, chunked_prefill_size)
 _CHUNK_BY_MEMORY = ((20 * 1024, 2048), (35 * 1024, 4096), (60 * 1024, 4096), (90 * 1024, 8192), (160 * 1024, 8192))
-# 0.5.13-0.5.19 (server_args.py _handle_gpu_memory_settings, 0.5.19 memory_hook.py): 2048 below 35 GiB
+# 0.5.10-0.5.19 (server_args.py _handle_gpu_memory_settings, 0.5.19 memory_hook.py): 2048 below 35 GiB
 _CHUNK_BY_MEMORY_BEFORE_0_5_20 = ((35 * 1024, 2048),) + _CHUNK_BY_MEMORY[2:]
 _CHUNK_LARGEST = 16384
 # _deepseek_family_overrides' registered architectures (arg_groups/model_overrides/deepseek_v2.py, 0.5.20-0.5.23):
@@ -66,6 +69,8 @@ def sglang_fact(ns: Any, what: str) -> Any:
     if kind == "resolved":
         if which == "family_overrides":
             return ns["model.architecture"] in FAMILY_OVERRIDES
+        if which == "dsa_device_block":
+            return dsa_device_block(ns)
         return _resolved(ns, which)
     if kind == "lists":
         backend = ns[f"config.{which}_backend"]
@@ -94,6 +99,11 @@ def _whole_chunk(ns: Any) -> Optional[int]:
     return size
 
 
+def dsa_device_block(ns: Any) -> bool:
+    vendor = ns["device.vendor"]
+    return vendor in ("nvidia", "amd") or (vendor == "intel" and not _release_at_least(ns, "0.5.12"))
+
+
 def _attention_dp_width(ns: Any) -> int:
     """The attention-DP width handle_data_parallelism divides the chunk by: dp_size under DP attention, which
     DSA prefill CP on CUDA/ROCm turns on itself (0.5.13-0.5.21: enable_dp_attention=True; 0.5.22+:
@@ -104,8 +114,7 @@ def _attention_dp_width(ns: Any) -> int:
     # DSA prefill CP under its DSA switch only
     prefill_cp = ns["config.enable_prefill_cp"] or (
         ns["config.enable_prefill_context_parallel"] and _release_at_least(ns, "0.5.14"))
-    if (prefill_cp and ns["model.is_dsa"] and ns["device.vendor"] in ("nvidia", "amd")
-            and ns["model.architecture"] in FAMILY_OVERRIDES):
+    if prefill_cp and ns["model.is_dsa"] and dsa_device_block(ns) and ns["model.architecture"] in FAMILY_OVERRIDES:
         return int(ns["config.dp_size"])
     return 1
 
@@ -134,8 +143,6 @@ def _resolved(ns: Any, which: str) -> Optional[int]:
         if not _release_at_least(ns, "0.5.22"):
             return None
         return _attention_dp_width(ns) if which == "attention_dp_width" else _resolved_attn_cp_size(ns)
-    if not _release_at_least(ns, "0.5.13"):
-        return None  # the assert is older; its sizes are read from 0.5.13 on
     whole, width = _whole_chunk(ns), _attention_dp_width(ns)
     size = whole // width if whole is not None and width > 1 and whole > 0 else whole
     if which == "chunked_prefill_size":
@@ -167,6 +174,8 @@ def fact_inputs(what: str) -> Optional[frozenset[str]]:
     if parsed is not None and parsed[0] == "resolved":
         if parsed[2] == "family_overrides":
             return frozenset({"model"})
+        if parsed[2] == "dsa_device_block":
+            return frozenset({"device", "config"})  # the vendor, and the release targeted
         return None if parsed[2] == "chunked_prefill_page_remainder" else frozenset({"device", "model", "config"})
     return frozenset({"config"})  # the flags as given
 
