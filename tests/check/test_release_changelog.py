@@ -110,7 +110,7 @@ def test_release_chain_is_in_version_order():
     versions = [parse_version(b.removeprefix("sglang-")) for b in chain]
     assert versions == sorted(versions)
     owners = changelog.release_owners()
-    assert "0.5.15" in owners["sglang-0.5.14"] and "0.5.23" in owners["sglang-0.5.22"]
+    assert "0.5.15.post1" in owners["sglang-0.5.15"] and "0.5.23" in owners["sglang-0.5.22"]
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -35,7 +35,7 @@ _RELEASE = re.compile(r"^sglang-(\d+(?:\.\d+)+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?)$
 # statement was checked against the code on 2026-11-30; edit it here when it stops being true.
 INTRO = """\
 `--policy sglang-X` takes any release name: it resolves to the newest bundle at or below X
-(`sglang-0.5.23` → `sglang-0.5.22`, `sglang-0.5.15` → `sglang-0.5.14`, `sglang-0.5.12.post1` →
+(`sglang-0.5.23` → `sglang-0.5.22`, `sglang-0.5.15.post1` → `sglang-0.5.15`, `sglang-0.5.12.post1` →
 `sglang-0.5.12`); the decision's `policy` names the bundle that answered. `nsa-policy policies` lists
 each bundle with the releases it answers for. Each bundle extends the previous one with a small diff
 (`rules/policy/sglang-<version>/`).
@@ -52,7 +52,7 @@ Not reproduced (yet):
   bundles repeat sglang's deprecation warnings (NSA320), when the input says how it was spelt
   (resolve's flags, flag-form keys such as a `--config` file's; a field name such as
   `nsa_prefill_backend` is nsa-policy's own). The 0.5.13–0.5.19 bundles do not refuse flags added
-  later (a bundle answers for several releases: 0.5.14's for 0.5.15, which added `--dcp-size`).
+  later (`sglang-0.5.14` takes `--dcp-size`, which 0.5.15 added).
   `--config` merging in 0.5.13–0.5.19 also refuses a key whose destination a deprecated alias shares
   (`dsa-prefill-backend: …`: ValueError "Unsupported config option"; `enable-dp-attention: true` from
   0.5.22) and a deprecated switch written `key: true` ("unrecognized arguments: true"); not modelled.
