@@ -260,7 +260,7 @@ def emulated(device: str, preshuffle: bool, product: str | None = None, memory_g
             from sglang.srt import runtime_context as rc
             from sglang.srt.runtime_context import override_platform
         except ImportError:  # before 0.5.19
-            for p in legacy_patches(device):
+            for p in legacy_patches(device, name, mem):  # a named device's product and memory, as above
                 stack.enter_context(p)
         else:
             known = set(rc._PLATFORM_PROBES) | set(rc._PLATFORM_VALUES)  # the facts this release has
@@ -275,8 +275,10 @@ _LEGACY_MODULES = ("sglang.srt.server_args", "sglang.srt.arg_groups.overrides", 
                    "sglang.srt.arg_groups.model_hook", "sglang.srt.configs.model_config")
 
 
-def _legacy_probes(device: str) -> dict:
-    (major, minor), name, mem, hip = DEVICES[device]
+def _legacy_probes(device: str, name: str, mem: int) -> dict:
+    """The probes by name, for the emulated device: its class's capability and vendor, and the product string and
+    memory emulated() answers (a named device's own, else the class's)."""
+    (major, minor), _, _, hip = DEVICES[device]
     xpu = device in XPU
     cuda = not hip and not xpu
     return {"is_hip": hip, "is_cuda": cuda, "is_npu": False, "is_xpu": xpu, "is_cpu": False, "is_mps": False,
@@ -289,7 +291,7 @@ def _legacy_probes(device: str) -> dict:
             "xpu_has_xmx_support": xpu}  # the catalog's XPUs have XMX (emulated(): every release)
 
 
-def legacy_patches(device: str) -> list:
+def legacy_patches(device: str, name: str, mem: int) -> list:
     import importlib
 
     out = []
@@ -298,7 +300,7 @@ def legacy_patches(device: str) -> list:
             mod = importlib.import_module(modname)
         except ImportError:
             continue
-        for probe, value in _legacy_probes(device).items():
+        for probe, value in _legacy_probes(device, name, mem).items():
             if callable(getattr(mod, probe, None)):
                 out.append(mock.patch.object(mod, probe, lambda *a, _v=value, **k: _v))
     return out
