@@ -589,16 +589,22 @@ def standard_space(bundles: Iterable[Any] = (), catalog: Optional[Catalog] = Non
             side("prefill", all_choices), side("decode", all_choices)))] if uncatalogued_families(catalog) else []),
         Block("variants", (device, Dim("model", _model_variants(topk), counts_for_size=False), kv3,
                            side("prefill", all_choices), Dim("serving", SERVING_VARIANTS))),
-        Block("prefill_cp", (device, model, Dim("prefill_cp", PREFILL_CP_VARIANTS))),
+        # CP-TP group sharing (0.5.22+) reads a Glm5Next checkpoint's linear-attention config, which a
+        # config.json of another model type lacks
+        Block("prefill_cp", (device, Dim("model", model.values + (
+            Value(label="Glm5NextForConditionalGeneration (model_type deepseek_v3)",
+                  arch=("Glm5NextForConditionalGeneration", topk, None),
+                  model_extra=(("model_type", "deepseek_v3"), ("index_head_dim", 128))),), counts_for_size=False),
+            Dim("prefill_cp", PREFILL_CP_VARIANTS))),
         Block("kv_hooks", (device, Dim("model", model.values + _arch_values(
             [a for _, a in uncatalogued_families(catalog)]
             + sorted({a for b in bundles for a in getattr(b, "family_only_architectures", ())}), topk),
             counts_for_size=False),
-            Dim("kv_cache_dtype", tuple(cfg_value(k, kv_cache_dtype=k) for k in other_kv_dtypes())),
-            # a forced trtllm_mla or cutedsl_mla reads the KV dtype as typed where the DSA KV default does not run
-            Dim("attention_backend", (cfg_value("unset"), cfg_value("attention_backend trtllm_mla",
-                                                                    attention_backend="trtllm_mla"),
-                                      cfg_value("attention_backend cutedsl_mla", attention_backend="cutedsl_mla"))))),
+            Dim("kv_cache_dtype", tuple(cfg_value(k, kv_cache_dtype=k) for k in (*other_kv_dtypes(), INVALID_KV))),
+            # a forced trtllm_mla or cutedsl_mla reads the KV dtype as typed where the DSA KV default does not run;
+            # a forced fa3 meets the attention-backend pass's e4m3-only check where a release keeps fp8_e5m2
+            Dim("attention_backend", (cfg_value("unset"), *(cfg_value(f"attention_backend {b}", attention_backend=b)
+                                                            for b in ("trtllm_mla", "cutedsl_mla", "fa3")))))),
         Block("speculative", (device, model, kv3, Dim("speculative", SPECULATIVE_VARIANTS))),
         Block("not_dsa_prefill_cp", (device, Dim("model", (Value(label=NON_DSA_ARCH, arch=(NON_DSA_ARCH, None, None)),),
                                                  counts_for_size=False), Dim("prefill_cp", PREFILL_CP_VARIANTS))),

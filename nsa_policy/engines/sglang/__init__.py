@@ -148,6 +148,10 @@ class SglangEngine(Engine):
 
         listed = (KV_ALIASES.get(v, v) for c in load_args().argument("kv_cache_dtype").choices for v in c.values)
         domains["config.kv_cache_dtype"] = (list(dict.fromkeys(listed)), "sglang KV dtype")
+        # where a release leaves the KV dtype as given (Intel XPU from 0.5.12) the resolved one is any of these
+        out_valid = domains["out.kv_cache_dtype"][0]
+        domains["out.kv_cache_dtype"] = (list(dict.fromkeys([*out_valid, *domains["config.kv_cache_dtype"][0]])),
+                                         "sglang KV dtype")
 
     lint_module = "nsa_policy.engines.sglang.lint"  # its launch_start, parse_cli, lint_launch, image_pins
 
