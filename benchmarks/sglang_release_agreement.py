@@ -264,6 +264,18 @@ def sample_grid(release: str) -> Iterator[dict[str, Any]]:
 
 
 GRIDS["sample"] = sample_grid
+SAMPLE_CATALOG = {"n": 10_000, "seed": 21}  # --grid sample-catalog: every catalog model, the GLM-5.x ones included
+
+
+def sample_catalog_grid(release: str) -> Iterator[dict[str, Any]]:
+    """Seeded inputs as `sample` draws them, with the model drawn from every catalog model (CATALOG_CONFIGS)."""
+    from sglang_release_sample import sample
+
+    return sample(release, SAMPLE_CATALOG["n"], SAMPLE_CATALOG["seed"], catalog_only=True)
+
+
+GRIDS["sample-catalog"] = sample_catalog_grid
+SAMPLED = ("sample", "sample-catalog")
 
 
 # nsa-policy's side: nsa_policy.engines.sglang.replay (shared with the CI replay) -----------------------
@@ -443,17 +455,21 @@ def write_sample_table(data: dict[str, Any]) -> None:
         return f"{percent(r['agree'], inside)} of {inside:,}"
 
     lines = [SBEGIN, "", "| release | fixed grid (`full`) | sampled (`sample`, seed) | sampled inputs | outside DSA "
-             "| disagreement classes | sglang's own time | date (sampled) |", "|---|---|---|---|---|---|---|---|"]
+             "| disagreement classes | sglang's own time | date (sampled) | every catalog model (`sample-catalog`) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for rel in rels:
-        s = runs[("sample", rel)]
+        s, c = runs[("sample", rel)], runs.get(("sample-catalog", rel))
+        cat = "not run" if c is None else (f"{pct(c)} (seed {c.get('seed')}, {len(c.get('disagreement_classes', []))} "
+                                           f"classes, {c['date'][:10]})")
         lines.append(f"| {rel} | {pct(runs.get(('full', rel)))} | {pct(s)} (seed {s.get('seed')}) | {s['inputs']:,} | "
                      f"{s.get('outside_dsa', 0):,} | {len(s.get('disagreement_classes', []))} | {s['oracle_s']:.0f} s | "
-                     f"{s['date'][:10]} |")
+                     f"{s['date'][:10]} | {cat} |")
     lines += [""]
-    for rel in rels:
-        classes = runs[("sample", rel)].get("disagreement_classes", [])
+    for rel, grid in ((r, g) for r in rels for g in SAMPLED):
+        classes = (runs.get((grid, rel)) or {}).get("disagreement_classes", [])
         if classes:
-            lines.append(f"Known disagreements, {rel} (count × class; an example of each is in sglang-releases.json):")
+            lines.append(f"Known disagreements, {rel} `{grid}` (count × class; an example of each is in "
+                         "sglang-releases.json):")
             lines.append("")
             lines += [f"- {c['count']} × {c['class'].replace('|', '/')}" for c in classes[:12]]
             if len(classes) > 12:
@@ -517,7 +533,7 @@ def main() -> None:
         theirs, mine = answers[item["id"]], ours(a.release, item)
         if agree(mine, theirs, as_given(a.release, item)):
             n_agree += 1
-        elif outside(mine, theirs, anywhere=grid == "sample"):
+        elif outside(mine, theirs, anywhere=grid in SAMPLED):
             n_outside += 1
         else:
             bad.append({"input": item, "sglang": theirs, "ours": mine})
@@ -536,8 +552,8 @@ def main() -> None:
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_version()}, "
                         f"load {os.getloadavg()[0]:.1f}"}
-    if grid == "sample":
-        entry["seed"] = SAMPLE["seed"]
+    if grid in SAMPLED:
+        entry["seed"] = (SAMPLE if grid == "sample" else SAMPLE_CATALOG)["seed"]
     entry["disagreement_classes"] = sorted(({"class": k, "count": v["count"],
                                              "example": {"input": v["example"]["input"],
                                                          "sglang": {k2: v["example"]["sglang"].get(k2) for k2 in REPLAY_KEYS},
@@ -561,7 +577,7 @@ REPLAY_KEYS = ("ok", "kv_cache_dtype", "prefill_backend", "decode_backend", "pag
 def write_replay(release: str, grid: str, items: list[dict[str, Any]], answers: dict[int, dict[str, Any]],
                  every: int) -> None:
     """A deterministic sample for CI: the input and sglang's answer (no timings), one JSON line each."""
-    out = REPO / "tests" / "data" / "sglang" / release / ("sample.jsonl" if grid == "sample" else "replay.jsonl")
+    out = REPO / "tests" / "data" / "sglang" / release / (f"{grid}.jsonl" if grid in SAMPLED else "replay.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for item in items[::every]:

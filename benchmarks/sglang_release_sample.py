@@ -5,7 +5,8 @@ policy_oracle.py's format. Each input value is drawn independently from its whol
 
 - devices: every catalog device class except cpu and every named device of each (its product string and
   memory reach sglang's probes), ROCm with and without aiter's preshuffle path;
-- models: every catalog model (its config.json as published: architecture, heads, indexer, fp8 weights), every
+- models: the catalog models (their config.json as published: architecture, heads, indexer, fp8 weights; `sample`
+  draws the ten of SAMPLE_MODELS, `sample(..., catalog_only=True)` only catalog models, all of them), every
   DSA architecture of any release plus two that are not DSA, with learnable sinks, index_kpool 2,
   index_topk_freq 2, other head counts and top-k values;
 - backends: every name the release's own parser lists for the prefill, decode and attention backends
@@ -52,7 +53,15 @@ CATALOG_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek-ai/DeepSeek-V3": ("ds3", {"quantization_config": _FP8}),
     "deepseek-ai/DeepSeek-V3-0324": ("ds3", {"quantization_config": _FP8}),
     "Qwen/Qwen3-235B-A22B": ("qwen3moe", {}),
+    "zai-org/GLM-5.2": ("glm5", {"index_topk_freq": 4}),
+    "zai-org/GLM-5.3": ("glm5", {"index_topk_freq": 4}),
+    "zai-org/GLM-5.3-Flash": ("glm5next", {}),
 }
+# the catalog models `sample` draws: the ten the recorded 100,000-input runs (2026-12-03/04, seed 21) drew, kept so
+# that those runs replay; `sample-catalog` draws every catalog model (CATALOG_CONFIGS covers the catalog: a test)
+SAMPLE_MODELS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-V3.2",
+                 "deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-ai/DeepSeek-V3.2-Speciale", "Qwen/Qwen3-235B-A22B",
+                 "zai-org/GLM-5", "zai-org/GLM-5-FP8", "zai-org/GLM-5.1", "zai-org/GLM-5.1-FP8")
 # model-config variants (oracle config overrides), drawn for architecture inputs
 CONFIG_VARIANTS: list[dict[str, Any]] = [
     {}, {}, {}, {}, {"learnable_sink": True}, {"index_kpool": 2}, {"index_topk_freq": 2},
@@ -65,6 +74,7 @@ SMALL = [1, 2, 3, 4, 8]
 PAGES = [1, 16, 32, 64, 128, 256]
 THRESHOLDS = ["0", "512", "1024", "2048", "4096", "65536"]
 SPEC_ALGOS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
+MAMBA_TRACK_INTERVALS = [64, 100, 128, 256, 512, 1024, 2048]
 
 
 def _v(release: str) -> tuple[int, ...]:
@@ -105,10 +115,10 @@ def devices() -> list[tuple[str, Optional[str], Optional[str], Optional[int]]]:
     return out
 
 
-def _model(rng: random.Random) -> tuple[str, dict[str, Any], Optional[str]]:
+def _model(rng: random.Random, models: tuple[str, ...], catalog_only: bool) -> tuple[str, dict[str, Any], Optional[str]]:
     """(oracle base, config overrides, catalog model id or None)."""
-    if rng.random() < 0.5:
-        mid = rng.choice(sorted(CATALOG_CONFIGS))
+    if catalog_only or rng.random() < 0.5:
+        mid = rng.choice(sorted(models))
         base, cfg = CATALOG_CONFIGS[mid]
         return base, dict(cfg), mid
     arch = rng.choice(ARCHS)
@@ -123,8 +133,10 @@ def _model(rng: random.Random) -> tuple[str, dict[str, Any], Optional[str]]:
 class Sampler:
     """The domain of one release; `draw(rng)` is one input (without id)."""
 
-    def __init__(self, release: str):
+    def __init__(self, release: str, catalog_only: bool = False):
         self.release = release
+        self.catalog_only = catalog_only
+        self.models = tuple(CATALOG_CONFIGS) if catalog_only else SAMPLE_MODELS
         self.actions = parser_actions(release)
         self.devices = devices()
         self.flag = "dsa" if "--dsa-prefill-backend" in self.actions else "nsa"
@@ -165,7 +177,7 @@ class Sampler:
             tags.append(flag.lstrip("-"))
 
         cls, named, product, mem = rng.choice(self.devices)
-        base, config, catalog_model = _model(rng)
+        base, config, catalog_model = _model(rng, self.models, self.catalog_only)
         if rng.random() < 0.85:
             add("--kv-cache-dtype", rng.choice(self.kv or ["auto"]))
         p = self._backend(rng, self.prefill, self.others_prefill)
@@ -229,6 +241,11 @@ class Sampler:
             ch = self._choices(flag)
             if ch:
                 add(flag, rng.choice(ch), p=0.05)
+        if self.catalog_only:  # drawn last, so that the plain draw (and its recorded runs) stays as it was
+            # a linear-attention hybrid's Mamba track interval: the page size must divide it (0.5.20+)
+            add("--mamba-track-interval", rng.choice(MAMBA_TRACK_INTERVALS), p=0.1)
+            if "--speculative-num-draft-tokens" not in argv:  # more draft tokens than the default interval
+                add("--speculative-num-draft-tokens", rng.choice([300, 512]), p=0.02)
         item: dict[str, Any] = {"device": cls, "preshuffle": cls.startswith("gfx") and rng.random() < 0.5,
                                 "model": base, "config": config, "argv": argv, "env": env,
                                 "profile": "sample:" + ",".join(tags)}
@@ -239,12 +256,14 @@ class Sampler:
         return item
 
 
-def sample(release: str, n: int, seed: int) -> Iterator[dict[str, Any]]:
-    """n seeded inputs for `release` (ids 1_000_001 ...: apart from the fixed grid's)."""
-    s = Sampler(release)
-    rng = random.Random(f"{seed}:{release}")
+def sample(release: str, n: int, seed: int, catalog_only: bool = False) -> Iterator[dict[str, Any]]:
+    """n seeded inputs for `release` (ids 1_000_001 ...: apart from the fixed grid's). catalog_only: every input's
+    model is a catalog model, drawn from all of them (ids 2_000_001 ..., a seed of its own)."""
+    s = Sampler(release, catalog_only)
+    rng = random.Random(f"{seed}:{release}" + (":catalog" if catalog_only else ""))
+    first = 2_000_001 if catalog_only else 1_000_001
     for i in range(n):
-        yield {"id": 1_000_001 + i, **s.draw(rng)}
+        yield {"id": first + i, **s.draw(rng)}
 
 
 def disagreement_class(mine: dict[str, Any], theirs: dict[str, Any], fields: tuple[str, ...]) -> str:

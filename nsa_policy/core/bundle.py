@@ -18,7 +18,7 @@ verify, render, docs). A `CompiledRule` says:
   `alternatives` (kind, argument, facts read; see `engine.alternatives`), `suggest`), or None;
   `code` and `level` are shortcuts;
 - its condition: `when` as written (for analyses), `check(ns)`/`explain(ns)` compiled;
-- `overwrite` and `wins_over`.
+- `overwrite`, `wins_over` and `reads_before`.
 
 Consumers read these and nothing else: no message parsing, no fact-name slicing, no private helpers.
 """
@@ -76,6 +76,9 @@ class RuleSpec(_Strict):
     wins_over: list[str] = Field(default=[], description=(
         "later rules of the same stage (ids or fnmatch patterns) this rule deliberately takes precedence over "
         "where both match; `nsa-policy check` reports any other order-dependent outputs"))
+    reads_before: list[str] = Field(default=[], description=(
+        "later rules (ids or fnmatch patterns) that change an output this rule reads after it has read it, as the "
+        "engine itself reads the value at that step; `nsa-policy check` reports any other stale read"))
 
 
 class StageFile(_Strict):
@@ -255,6 +258,7 @@ class CompiledRule:
     when: Optional[Mapping[str, Any]] = field(default=None, repr=False, compare=False)  # the condition as written
     label: Optional[str] = None  # the provenance label of the outputs it sets
     wins_over: tuple[str, ...] = ()
+    reads_before: tuple[str, ...] = ()  # later rules that change what it read, by design (the engine's order)
     inputs: frozenset[str] = frozenset()  # which of device, model, config, env, packages its outcome depends on
     spec: Optional[RuleSpec] = field(default=None, repr=False, compare=False)  # the rule as written
     # The condition split for speed: top-level device.* tests (decided once per device) and the rest.
@@ -567,7 +571,7 @@ class _Loader:
             id=rule.id, stage=stage, description=rule.description, evidence=tuple(rule.evidence),
             origin=f"{_display(path)}:{getattr(data, 'line', '?')}", check=check, explain=explain,
             reads=tuple(reads), sets=tuple(sets), overwrite=rule.overwrite, emit=finding, when=rule.when,
-            label=rule.label, wins_over=tuple(rule.wins_over), spec=rule, device_check=device_check, rest_check=rest_check)
+            label=rule.label, wins_over=tuple(rule.wins_over), reads_before=tuple(rule.reads_before), spec=rule, device_check=device_check, rest_check=rest_check)
         inputs = set().union(*(inputs_of(p, overwrite=compat) for p in compiled_rule.all_reads))
         if stage == "not_dsa":
             inputs.add("model")  # that stage runs only for a model that is not DSA

@@ -163,6 +163,10 @@ class ServingConfig(Frozen):
     enable_mixed_chunk: bool = Field(default=False, description="--enable-mixed-chunk: flashmla_sparse_q8 refuses it (0.5.22+)")
     enable_deterministic_inference: bool = Field(
         default=False, description="--enable-deterministic-inference: turns --dsa-triton-union off (0.5.22+)")
+    mamba_track_interval: Optional[int] = Field(
+        default=None, ge=1, description="--mamba-track-interval (sglang default 256): a linear-attention hybrid's "
+                                        "radix cache snapshots Mamba state every so many tokens; 0.5.20+ asserts "
+                                        "the page size divides it")
 
 
 class Environment(Frozen):

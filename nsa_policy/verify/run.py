@@ -12,6 +12,7 @@ Work is split over processes (fork) by index range; every aggregate keeps its mi
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
 import multiprocessing
 import os
@@ -363,6 +364,9 @@ def _evaluate_range(bundle: CompiledBundle, space: Space, start: int, stop: int,
                 final = ns["out." + out]
                 if final != seen and out not in probe.set_outs[i]:  # changed after the rule read it
                     setter = probe.setter.get(out)
+                    if setter is not None and any(fnmatch.fnmatchcase(rules[setter].id, p)
+                                                  for p in rules[i].reads_before):
+                        continue  # declared: the rule reads the value at its step, as the engine does
                     run.order_reads.setdefault((rules[i].id, out), Agg()).add(
                         key, (seen, final, rules[setter].id if setter is not None else None))
         if rec[0] == "accepted":

@@ -464,6 +464,12 @@ EXTRAS = (
     cfg_value("dsa_paged_mqa_logits_backend aiter", dsa_paged_mqa_logits_backend="aiter"),
     cfg_value("dsa_paged_mqa_logits_backend deepgemm", dsa_paged_mqa_logits_backend="deepgemm"),
     cfg_value("dsa_paged_mqa_logits_backend cutedsl", dsa_paged_mqa_logits_backend="cutedsl"),
+    # a linear-attention hybrid's Mamba radix cache: the page size must divide the track interval (0.5.20+)
+    cfg_value("mamba_track_interval 100 (tp8)", mamba_track_interval=100, tp_size=8),
+    cfg_value("speculative_num_draft_tokens 512 (tp8)", speculative_num_draft_tokens=512, tp_size=8),
+    # trtllm_mha prefill with attention CP needs SM100 (0.5.19+ attention_hook.py)
+    cfg_value("attention_backend trtllm_mha, attn_cp_size 2 (tp8)", attention_backend="trtllm_mha", attn_cp_size=2,
+              tp_size=8),
 )
 
 

@@ -96,6 +96,13 @@ BASES = {
     # GLM-5 (transformers' GlmMoeDsaConfig defaults are GLM-5's shapes)
     "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "index_topk": 2048,
              "num_attention_heads": 64, "num_key_value_heads": 64, "torch_dtype": "bfloat16"},
+    # GLM-5.3-Flash (Glm5Next, NoPE MLA): the published config.json is not at hand, so transformers 5.19's
+    # Glm5NextTextConfig defaults (configuration_glm5_next.py), the ones sglang 0.5.23's configs/glm5_next.py reads,
+    # but for the checkpoint's index_kpool 4 (sglang#36830; the default is 16)
+    "glm5next": {"architectures": ["Glm5NextForConditionalGeneration"], "model_type": "glm5_next",
+                 "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32, "index_kpool": 4,
+                 "num_attention_heads": 64, "num_key_value_heads": 64, "kv_lora_rank": 512, "qk_nope_head_dim": 256,
+                 "qk_rope_head_dim": 0, "v_head_dim": 256, "torch_dtype": "bfloat16"},
     # DeepSeek-V3 (not DSA: no index_topk)
     "ds3": {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 129280,
             "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,

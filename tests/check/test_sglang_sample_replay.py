@@ -2,10 +2,11 @@
 
 tests/data/sglang/<X>/sample.jsonl holds every K-th input of the seeded sample that
 benchmarks/sglang_release_agreement.py --grid sample drew from the whole domain of every input
-(benchmarks/sglang_release_sample.py), with what sglang==X's real start-up pipeline answered. Every line must
+(benchmarks/sglang_release_sample.py), and sample-catalog.jsonl the same for --grid sample-catalog (the model
+drawn from every catalog model, GLM-5.2/5.3/5.3-Flash included), each with what sglang==X's real start-up pipeline answered. Every line must
 agree, be one of sglang's refusals for a model the release does not run as DSA (counted apart), or fall in a
 disagreement class the sampled run recorded as known for that release (benchmarks/results/sglang-releases.json,
-grid "sample"): a change that makes a new class fails here.
+same grid): a change that makes a new class fails here.
 """
 from __future__ import annotations
 
@@ -21,7 +22,15 @@ from nsa_policy.engines.sglang.replay import FIELDS, agree, answer, as_given, ou
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "sglang"
 RESULTS = REPO / "benchmarks" / "results" / "sglang-releases.json"
-RELEASES = sorted((p.parent.name for p in DATA.glob("*/sample.jsonl")), key=lambda r: tuple(int(x) for x in r.split(".")))
+GRIDS = ("sample", "sample-catalog")
+
+
+def _v(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split("."))
+
+
+RELEASES = sorted((p.parent.name for p in DATA.glob("*/sample.jsonl")), key=_v)
+FILES = sorted(((p.parent.name, p.stem) for g in GRIDS for p in DATA.glob(f"*/{g}.jsonl")), key=lambda f: (_v(f[0]), f[1]))
 
 
 def _classifier():
@@ -33,9 +42,9 @@ def _classifier():
     return mod.disagreement_class
 
 
-def _known(release: str) -> set[str]:
+def _known(release: str, grid: str) -> set[str]:
     runs = json.loads(RESULTS.read_text())["runs"]
-    run = next(r for r in runs if r["grid"] == "sample" and r["release"] == release)
+    run = next(r for r in runs if r["grid"] == grid and r["release"] == release)
     return {c["class"] for c in run.get("disagreement_classes", [])}
 
 
@@ -43,11 +52,15 @@ def test_the_newest_releases_have_sampled_replay_data() -> None:
     assert {"0.5.20", "0.5.21", "0.5.22", "0.5.23"} <= set(RELEASES)
 
 
-@pytest.mark.parametrize("release", RELEASES)
-def test_bundle_agrees_with_the_release_on_its_sampled_inputs(release: str) -> None:
-    lines = [json.loads(ln) for ln in (DATA / release / "sample.jsonl").read_text().splitlines() if ln.strip()]
-    assert len(lines) >= 300 and {ln["release"] for ln in lines} == {release} and {ln["grid"] for ln in lines} == {"sample"}
-    classify, known = _classifier(), _known(release)
+def test_every_sampled_release_has_its_catalog_sample() -> None:
+    assert {r for r, g in FILES if g == "sample-catalog"} == set(RELEASES)
+
+
+@pytest.mark.parametrize("release,grid", FILES)
+def test_bundle_agrees_with_the_release_on_its_sampled_inputs(release: str, grid: str) -> None:
+    lines = [json.loads(ln) for ln in (DATA / release / f"{grid}.jsonl").read_text().splitlines() if ln.strip()]
+    assert len(lines) >= 300 and {ln["release"] for ln in lines} == {release} and {ln["grid"] for ln in lines} == {grid}
+    classify, known = _classifier(), _known(release, grid)
     agreed, new = 0, []
     for ln in lines:
         mine = answer(release, ln["input"])

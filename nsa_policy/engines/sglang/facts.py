@@ -17,6 +17,14 @@ not modelled:
 - `sglang.dsa_device_block`: the release runs the device part of its DSA block here (prefill CP's DP attention,
   attention-CP width and MoE all-to-all backend): CUDA and ROCm, and Intel XPU up to 0.5.11 (0.5.10-0.5.11:
   `if not is_npu()`; 0.5.12+: `if not is_npu() and not is_xpu()`).
+- `sglang.mamba_radix_cache_strategy`: the hybrid-Mamba radix-cache strategy the release validates for a DSA model
+  with linear-attention layers (0.5.20+, arg_groups/overrides.py _mamba_radix_cache_resolution under the default
+  `auto`): extra_buffer, or no_buffer on Intel XPU (no extra-buffer support there); None where the model has no
+  Mamba radix cache or the radix cache is off (--disable-radix-cache, a PD decode server);
+  `sglang.mamba_track_interval`: --mamba-track-interval, else the release default 256;
+  `sglang.mamba_track_page_remainder`: that interval modulo the page size decided so far (the extra_buffer check of
+  mamba_hook.validate_mamba_extra_buffer asserts 0); `sglang.mamba_track_short_of_drafts`: the interval is below
+  --speculative-num-draft-tokens (the same check asserts it is not).
 """
 from __future__ import annotations
 
@@ -29,7 +37,8 @@ LISTS = re.compile(rf"^{_RELEASE}\.lists_(prefill|decode)_backend$")
 SPELLINGS = re.compile(rf"^{_RELEASE}\.(refused|deprecated)_spellings$")
 # resolved values of the release targeted (input.release; unset: the newest release's rules)
 RESOLVED = ("chunked_prefill_size", "chunked_prefill_page_remainder", "attention_dp_width", "attn_cp_size",
-            "family_overrides", "dsa_device_block")
+            "family_overrides", "dsa_device_block", "mamba_radix_cache_strategy", "mamba_track_interval",
+            "mamba_track_page_remainder", "mamba_track_short_of_drafts")
 PATHS = ("sglang.<release>.lists_{prefill,decode}_backend", "sglang.<release>.{refused,deprecated}_spellings",
          *(f"sglang.{name}" for name in RESOLVED))
 # arg_groups/memory_hook.py handle_gpu_memory_settings (0.5.20-0.5.23): (below MiB, chunked_prefill_size)
@@ -43,6 +52,11 @@ FAMILY_OVERRIDES = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
                               "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
                               "Glm5NextForConditionalGeneration", "HYV4ForCausalLM", "HYV4ForCausalLMNextN",
                               "LongcatFlashForCausalLM", "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM"})
+# the DSA architectures of _MAMBA_RADIX_CACHE_ARCHS (arg_groups/overrides.py, 0.5.20-0.5.23): linear-attention
+# hybrids whose radix cache also snapshots Mamba state; the draft (NextN) class is not listed
+MAMBA_RADIX_CACHE = frozenset({"Glm5NextForConditionalGeneration"})
+MAMBA_RADIX_CACHE_FIRST = "0.5.20"
+MAMBA_TRACK_INTERVAL_DEFAULT = 256  # arg_groups/fields/exec_.py mamba_track_interval (server_args.py before 0.5.20)
 
 
 @lru_cache(maxsize=1024)
@@ -71,6 +85,8 @@ def sglang_fact(ns: Any, what: str) -> Any:
             return ns["model.architecture"] in FAMILY_OVERRIDES
         if which == "dsa_device_block":
             return dsa_device_block(ns)
+        if which.startswith("mamba_"):
+            return _mamba(ns, which)
         return _resolved(ns, which)
     if kind == "lists":
         backend = ns[f"config.{which}_backend"]
@@ -102,6 +118,29 @@ def _whole_chunk(ns: Any) -> Optional[int]:
 def dsa_device_block(ns: Any) -> bool:
     vendor = ns["device.vendor"]
     return vendor in ("nvidia", "amd") or (vendor == "intel" and not _release_at_least(ns, "0.5.12"))
+
+
+def _mamba(ns: Any, which: str) -> Any:
+    """handle_mamba_radix_cache's view: it runs in the model hook after the DSA overrides declare the page size
+    and before a forced attention backend resizes it, so the page is the one decided so far."""
+    interval = ns["config.mamba_track_interval"] or MAMBA_TRACK_INTERVAL_DEFAULT
+    if which == "mamba_track_interval":
+        return interval
+    strategy = None
+    if (ns["model.architecture"] in MAMBA_RADIX_CACHE and _release_at_least(ns, MAMBA_RADIX_CACHE_FIRST)
+            and not ns["config.disable_radix_cache"] and ns["config.disaggregation_mode"] != "decode"):
+        # auto: extra_buffer with the overlap schedule on (the default) where supports_mamba_cache_extra_buffer
+        # holds (not XPU; linear_attn_backend triton, the default), else no_buffer
+        strategy = "no_buffer" if ns["device.vendor"] == "intel" else "extra_buffer"
+    if which == "mamba_radix_cache_strategy":
+        return strategy
+    if strategy != "extra_buffer":
+        return None
+    if which == "mamba_track_short_of_drafts":
+        drafts = ns["config.speculative_num_draft_tokens"]
+        return drafts is not None and interval < drafts
+    page = ns["out.page_size"]
+    return interval % page if page else None
 
 
 def _attention_dp_width(ns: Any) -> int:
@@ -176,10 +215,14 @@ def fact_inputs(what: str) -> Optional[frozenset[str]]:
             return frozenset({"model"})
         if parsed[2] == "dsa_device_block":
             return frozenset({"device", "config"})  # the vendor, and the release targeted
-        return None if parsed[2] == "chunked_prefill_page_remainder" else frozenset({"device", "model", "config"})
+        return None if parsed[2] in _READ_PAGE else frozenset({"device", "model", "config"})
     return frozenset({"config"})  # the flags as given
+
+
+# the resolved facts that read the page size decided so far
+_READ_PAGE = ("chunked_prefill_page_remainder", "mamba_track_page_remainder")
 
 
 def fact_outputs(what: str) -> tuple[str, ...]:
     parsed = _parse(what)
-    return ("page_size",) if parsed is not None and parsed[2] == "chunked_prefill_page_remainder" else ()
+    return ("page_size",) if parsed is not None and parsed[2] in _READ_PAGE else ()

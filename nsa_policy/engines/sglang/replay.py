@@ -27,6 +27,8 @@ MODEL_FACTS: dict[str, dict[str, Any]] = {
     "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "index_topk": 2048,
              "num_attention_heads": 64},
     "qwen3moe": {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_attention_heads": 64},
+    "glm5next": {"architectures": ["Glm5NextForConditionalGeneration"], "model_type": "glm5_next", "index_topk": 2048,
+                 "index_head_dim": 128, "index_kpool": 4, "num_attention_heads": 64, "qk_rope_head_dim": 0},
 }
 CATALOG_MODELS = {"ds32": "deepseek-ai/DeepSeek-V3.2", "glm5": "zai-org/GLM-5"}
 # the memory the oracle emulates for a device class it is given without a named device (policy_oracle.DEVICES),
