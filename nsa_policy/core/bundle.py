@@ -571,7 +571,8 @@ class _Loader:
             id=rule.id, stage=stage, description=rule.description, evidence=tuple(rule.evidence),
             origin=f"{_display(path)}:{getattr(data, 'line', '?')}", check=check, explain=explain,
             reads=tuple(reads), sets=tuple(sets), overwrite=rule.overwrite, emit=finding, when=rule.when,
-            label=rule.label, wins_over=tuple(rule.wins_over), reads_before=tuple(rule.reads_before), spec=rule, device_check=device_check, rest_check=rest_check)
+            label=rule.label, wins_over=tuple(rule.wins_over), reads_before=tuple(rule.reads_before), spec=rule,
+            device_check=device_check, rest_check=rest_check)
         inputs = set().union(*(inputs_of(p, overwrite=compat) for p in compiled_rule.all_reads))
         if stage == "not_dsa":
             inputs.add("model")  # that stage runs only for a model that is not DSA

@@ -3,7 +3,8 @@
 tests/data/sglang/<X>/sample.jsonl holds every K-th input of the seeded sample that
 benchmarks/sglang_release_agreement.py --grid sample drew from the whole domain of every input
 (benchmarks/sglang_release_sample.py), and sample-catalog.jsonl the same for --grid sample-catalog (the model
-drawn from every catalog model, GLM-5.2/5.3/5.3-Flash included), each with what sglang==X's real start-up pipeline answered. Every line must
+drawn from every catalog model, GLM-5.2/5.3/5.3-Flash included), each with what sglang==X's real start-up
+pipeline answered. Every line must
 agree, be one of sglang's refusals for a model the release does not run as DSA (counted apart), or fall in a
 disagreement class the sampled run recorded as known for that release (benchmarks/results/sglang-releases.json,
 same grid): a change that makes a new class fails here.

@@ -25,7 +25,8 @@ def test_glm53_flash_is_nope_glm5_next() -> None:
     m = load_catalog().model("zai-org/GLM-5.3-Flash")
     assert (m.architecture, m.family, m.index_topk, m.num_attention_heads) == (
         "Glm5NextForConditionalGeneration", "glm5_next", 2048, 64)
-    assert (m.qk_rope_head_dim, m.index_kpool) == (0, 4)  # the checkpoint pools 4 index keys (sglang#36830), not the config default 16
+    # the checkpoint pools 4 index keys (sglang#36830), not the config default 16
+    assert (m.qk_rope_head_dim, m.index_kpool) == (0, 4)
 
 
 def test_vllm_registers_glm5_next_for_causal_lm() -> None:
